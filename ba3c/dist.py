@@ -1,0 +1,150 @@
+"""The only module that imports horovod or mpi4py: rank, size, gradient averaging, broadcast, gather.
+
+Three backends behind one interface:
+* `horovod`: gradients averaged by `hvd.grouped_allreduce(..., op=Average)` inside the compiled
+  train step (the Keras-3-safe call, see ../shared/facts.md);
+* `mpi`: mpi4py, one flattened float32 buffer, `Allreduce` with the uppercase buffer API;
+* `none`: a single process.
+Small host-side collectives (broadcast of weights, gathers of statistics, the stop vote) use
+mpi4py in both MPI backends; Horovod then shares MPI with it (mpi4py initialises MPI first).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+
+def launched_by_mpi() -> bool:
+    return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+def horovod_available() -> bool:
+    try:
+        import horovod.tensorflow as hvd
+        return bool(hvd.mpi_built())
+    except Exception:
+        return False
+
+
+class Dist:
+    """Single-process backend; the MPI backends override what differs."""
+
+    name = "none"
+    graph_allreduce = False  # True: the train step averages gradients inside its compiled graph
+
+    def __init__(self) -> None:
+        self.rank, self.size = 0, 1
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def average_flat(self, buf: np.ndarray) -> np.ndarray:
+        return buf
+
+    def graph_average(self, tensors: list) -> list:
+        return tensors
+
+    def broadcast_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return list(arrays)
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        return [obj]
+
+    def any_true(self, flag: bool) -> bool:
+        return flag
+
+    def barrier(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class MpiDist(Dist):
+    name = "mpi"
+
+    def __init__(self) -> None:
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+
+    def average_flat(self, buf: np.ndarray) -> np.ndarray:
+        buf = np.ascontiguousarray(buf, dtype=np.float32)
+        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM)
+        buf /= self.size
+        return buf
+
+    def broadcast_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        flat = np.concatenate([np.asarray(a, np.float32).ravel() for a in arrays]) if arrays else np.zeros(0, np.float32)
+        self.comm.Bcast(flat, root=0)
+        out, i = [], 0
+        for a in arrays:
+            out.append(flat[i:i + a.size].reshape(a.shape).astype(a.dtype))
+            i += a.size
+        return out
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        return self.comm.gather(obj, root=0)
+
+    def any_true(self, flag: bool) -> bool:
+        return bool(self.comm.allreduce(int(flag), op=self._MPI.MAX))
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+
+class HorovodDist(MpiDist):
+    name = "horovod"
+    graph_allreduce = True
+
+    def __init__(self) -> None:
+        super().__init__()  # mpi4py initialises MPI (thread-multiple) before Horovod attaches to it
+        import horovod.tensorflow as hvd
+
+        self._hvd = hvd
+        hvd.init(comm=self.comm)
+        if (hvd.rank(), hvd.size()) != (self.rank, self.size):
+            raise RuntimeError(f"horovod sees rank {hvd.rank()}/{hvd.size()}, mpi4py {self.rank}/{self.size}")
+
+    def graph_average(self, tensors: list) -> list:
+        return self._hvd.grouped_allreduce(tensors, op=self._hvd.Average)
+
+    def shutdown(self) -> None:
+        self._hvd.shutdown()
+
+
+def choose_backend(requested: str) -> str:
+    """Resolve `--dist auto` without initialising anything."""
+    if requested != "auto":
+        return requested
+    if not launched_by_mpi():
+        return "none"
+    return "horovod" if horovod_available() else "mpi"
+
+
+def init(backend: str) -> Dist:
+    if backend == "none":
+        return Dist()
+    if backend == "mpi":
+        return MpiDist()
+    if backend == "horovod":
+        if not horovod_available():
+            raise RuntimeError("--dist horovod: horovod is not installed with MPI support "
+                               "(run launch/build_horovod.sh, or use --dist mpi)")
+        return HorovodDist()
+    raise ValueError(f"unknown dist backend '{backend}'")
+
+
+def world_size_hint() -> int:
+    """Number of ranks from the launcher's environment, before MPI is initialised (for validation)."""
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
+        if var in os.environ and launched_by_mpi():
+            return int(os.environ[var])
+    return 1

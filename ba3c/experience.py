@@ -1,0 +1,110 @@
+"""Per-environment n-step buffers, bootstrapped returns and advantages, and batch assembly.
+
+Pure numpy. Fed one predictor batch at a time (observations with the value and action the
+predictor chose for them, and the reward/termination of the step that produced them). Each
+environment keeps up to `n_step` transitions; a segment is flushed when it is full (bootstrap
+from the value of the next observation), on termination (bootstrap 0) or on truncation
+(bootstrap from the value of the final observation, which is a real state, not a terminal one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class TrainBatch:
+    obs: np.ndarray
+    actions: np.ndarray     # int32
+    returns: np.ndarray     # float32 bootstrapped n-step returns
+    advantages: np.ndarray  # float32 returns - value at acting time
+    steps: int = 0          # agent steps behind this batch (== len(actions))
+
+
+@dataclass
+class Episode:
+    env_id: int
+    score: float   # raw (unclipped) game score
+    length: int    # agent steps
+    truncated: bool
+
+
+def nstep_returns(rewards: np.ndarray, bootstrap: float, gamma: float) -> np.ndarray:
+    """R_k = r_k + gamma * R_{k+1}, R_m = bootstrap, for one segment of m rewards."""
+    out = np.empty(len(rewards), np.float32)
+    acc = float(bootstrap)
+    for k in range(len(rewards) - 1, -1, -1):
+        acc = float(rewards[k]) + gamma * acc
+        out[k] = acc
+    return out
+
+
+@dataclass
+class _EnvBuffer:
+    obs: list = field(default_factory=list)
+    actions: list = field(default_factory=list)
+    values: list = field(default_factory=list)
+    rewards: list = field(default_factory=list)
+    resetting: bool = False  # the last obs ended an episode: the next one starts a new episode
+    score: float = 0.0
+    length: int = 0
+
+
+class Experience:
+    """Turns the stream of predictor batches into fixed-size training batches."""
+
+    def __init__(self, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype, n_step: int,
+                 gamma: float, batch_size: int, clip_rewards: bool) -> None:
+        self.n_step, self.gamma, self.batch_size, self.clip_rewards = n_step, gamma, batch_size, clip_rewards
+        self._bufs = [_EnvBuffer() for _ in range(num_envs)]
+        self._obs = np.empty((batch_size, *obs_shape), obs_dtype)
+        self._act = np.empty(batch_size, np.int32)
+        self._ret = np.empty(batch_size, np.float32)
+        self._adv = np.empty(batch_size, np.float32)
+        self._fill = 0
+
+    def add(self, env_ids: np.ndarray, obs: np.ndarray, rewards: np.ndarray, terminated: np.ndarray,
+            truncated: np.ndarray, values: np.ndarray, actions: np.ndarray
+            ) -> tuple[list[TrainBatch], list[Episode]]:
+        """Record one predictor batch; return the training batches and episodes it completed."""
+        batches: list[TrainBatch] = []
+        episodes: list[Episode] = []
+        for j, e in enumerate(env_ids):
+            b = self._bufs[int(e)]
+            if b.resetting:  # this obs opens a new episode; its reward belongs to no action of ours
+                b.resetting = False
+            elif b.obs:
+                r = float(rewards[j])
+                b.score += r
+                b.length += 1
+                b.rewards.append(np.sign(r) if self.clip_rewards else r)
+            if terminated[j] or truncated[j]:
+                boot = float(values[j]) if (truncated[j] and not terminated[j]) else 0.0
+                self._flush(b, boot, batches)
+                episodes.append(Episode(int(e), b.score, b.length, bool(truncated[j] and not terminated[j])))
+                b.score, b.length, b.resetting = 0.0, 0, True
+                continue
+            if len(b.rewards) == self.n_step:
+                self._flush(b, float(values[j]), batches)
+            b.obs.append(obs[j].copy())
+            b.actions.append(int(actions[j]))
+            b.values.append(float(values[j]))
+        return batches, episodes
+
+    def _flush(self, b: _EnvBuffer, bootstrap: float, out: list[TrainBatch]) -> None:
+        m = len(b.rewards)  # transitions whose reward is known (all of them, at a flush)
+        if m:
+            rets = nstep_returns(np.asarray(b.rewards, np.float32), bootstrap, self.gamma)
+            for k in range(m):
+                i = self._fill
+                self._obs[i] = b.obs[k]
+                self._act[i] = b.actions[k]
+                self._ret[i] = rets[k]
+                self._adv[i] = rets[k] - b.values[k]
+                self._fill += 1
+                if self._fill == self.batch_size:
+                    out.append(TrainBatch(self._obs.copy(), self._act.copy(), self._ret.copy(),
+                                          self._adv.copy(), self.batch_size))
+                    self._fill = 0
+        b.obs.clear(); b.actions.clear(); b.values.clear(); b.rewards.clear()

@@ -1,0 +1,49 @@
+"""Networks: policy logits and state value from one trunk. No losses, no I/O."""
+from __future__ import annotations
+
+import math
+
+
+def build_model(kind: str, obs_shape: tuple[int, ...], num_actions: int, seed: int):  # -> keras.Model
+    """`nature` (Mnih et al. 2015 CNN), `paper` (Adamski et al. 2018), `mlp` (vector observations).
+
+    Image inputs are uint8 (stack, 84, 84), scaled and moved to channels-last inside the model
+    (TensorFlow's CPU convolutions want NHWC). Every rank calls this with the same seed, so all
+    start from identical weights even before the broadcast.
+    """
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input(shape=obs_shape, dtype="uint8" if len(obs_shape) == 3 else "float32", name="obs")
+    ortho = lambda g: keras.initializers.Orthogonal(gain=g)  # noqa: E731
+    if kind in ("nature", "paper"):
+        if len(obs_shape) != 3:
+            raise ValueError(f"--model {kind} needs image observations, got shape {obs_shape}; use --model mlp")
+        x = layers.Lambda(lambda t: keras.ops.transpose(keras.ops.cast(t, "float32") / 255.0, (0, 2, 3, 1)))(inp)
+        relu = dict(activation="relu", kernel_initializer=ortho(math.sqrt(2)))
+        if kind == "nature":
+            x = layers.Conv2D(32, 8, strides=4, **relu)(x)
+            x = layers.Conv2D(64, 4, strides=2, **relu)(x)
+            x = layers.Conv2D(64, 3, strides=1, **relu)(x)
+            x = layers.Dense(512, **relu)(layers.Flatten()(x))
+        else:  # the paper's network (authors' code): 5x5 convs with max-pooling, 128-unit linear layer
+            for ch, k in ((32, 5), (32, 5), (64, 5)):
+                x = layers.MaxPooling2D(2)(layers.Conv2D(ch, k, padding="same", **relu)(x))
+            x = layers.Conv2D(64, 3, padding="same", **relu)(x)
+            x = layers.Dense(128, **relu)(layers.Flatten()(x))
+    elif kind == "mlp":
+        x = layers.Flatten()(inp)
+        for _ in range(2):
+            x = layers.Dense(64, activation="tanh", kernel_initializer=ortho(math.sqrt(2)))(x)
+    else:
+        raise ValueError(f"unknown model '{kind}'")
+    logits = layers.Dense(num_actions, kernel_initializer=ortho(0.01), name="logits")(x)
+    value = layers.Dense(1, kernel_initializer=ortho(1.0), name="value")(x)
+    return keras.Model(inp, [logits, value], name=kind)
+
+
+def resolve_model_kind(kind: str, obs_shape: tuple[int, ...]) -> str:
+    if kind == "auto":
+        return "nature" if len(obs_shape) == 3 else "mlp"
+    return kind

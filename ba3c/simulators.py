@@ -1,0 +1,184 @@
+"""Asynchronous vector simulators behind one small interface (no TensorFlow, no MPI here).
+
+`recv()` returns the next batch of ready environments (their ids say which); `send(actions)`
+answers exactly that batch. Both implementations auto-reset in gymnasium's NEXT_STEP mode: the
+observation returned with `terminated` or `truncated` is the episode's last one, and the action
+sent for it is ignored because the next `recv` for that environment returns a fresh episode.
+Rewards returned are the raw game rewards; the experience stage clips them for learning.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+class UnknownEnvError(ValueError):
+    pass
+
+
+class SimulatorError(RuntimeError):
+    """An emulator failed; the message names the game and the environment ids."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a name resolved to: an ALE ROM id (kind 'atari') or a gymnasium id (kind 'gym')."""
+
+    kind: str
+    name: str
+
+    @property
+    def frames_per_step(self) -> int:
+        return 4 if self.kind == "atari" else 1  # ALE frameskip
+
+
+@dataclass
+class Batch:
+    obs: np.ndarray          # (B, *obs_shape)
+    reward: np.ndarray       # (B,) float32, raw game reward of the step that led to obs
+    terminated: np.ndarray   # (B,) bool
+    truncated: np.ndarray    # (B,) bool
+    env_ids: np.ndarray      # (B,) int
+
+
+class Simulator(Protocol):
+    num_envs: int
+    batch_size: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    num_actions: int
+    spec: EnvSpec
+
+    def reset(self, seed: int) -> Batch: ...
+    def recv(self) -> Batch: ...
+    def send(self, actions: np.ndarray) -> None: ...
+    def close(self) -> None: ...
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def resolve_env(name: str) -> EnvSpec:
+    """Map a user's game name to a simulator kind and id; unknown names list the closest valid ones."""
+    from ale_py import roms
+
+    rom_ids = list(roms.get_all_rom_ids())
+    base = name.strip()
+    m = re.fullmatch(r"(?:ALE/)?([A-Za-z0-9_]+?)(?:NoFrameskip)?(?:-v\d+)?", base)
+    if m:
+        cand = m.group(1)
+        for key in (cand, cand.lower(), _snake(cand)):
+            if key in rom_ids:
+                return EnvSpec("atari", key)
+    import gymnasium as gym
+
+    gym_ids = [k for k in gym.registry.keys() if not k.startswith("ALE/")]
+    if base in gym_ids:
+        return EnvSpec("gym", base)
+    close = difflib.get_close_matches(_snake(base.split("/")[-1].split("-")[0]), rom_ids, n=3, cutoff=0.6)
+    close += difflib.get_close_matches(base, gym_ids, n=3, cutoff=0.6)
+    hint = f" Closest valid names: {', '.join(close)}." if close else " Try pong, breakout, space_invaders or CartPole-v1."
+    raise UnknownEnvError(f"--env: unknown game or environment '{name}'.{hint}")
+
+
+class AtariSimulator:
+    """ALE's C++ vector env; async when batch_size < num_envs (first ready envs are returned)."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, batch_size: int, num_threads: int,
+                 max_episode_frames: int) -> None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        self.spec = spec
+        self.num_envs, self.batch_size = num_envs, batch_size
+        self._env = AtariVectorEnv(spec.name, num_envs, batch_size=batch_size, num_threads=num_threads,
+                                   max_num_frames_per_episode=max_episode_frames, reward_clipping=False,
+                                   autoreset_mode="NextStep")
+        self.obs_shape = tuple(self._env.single_observation_space.shape)
+        self.obs_dtype = np.dtype(np.uint8)
+        self.num_actions = int(self._env.single_action_space.n)
+        self._last_ids: np.ndarray | None = None
+
+    def _batch(self, out: tuple) -> Batch:
+        obs, rew, term, trunc, info = out
+        ids = np.asarray(info["env_id"])
+        self._last_ids = ids
+        return Batch(obs, np.asarray(rew, np.float32), np.asarray(term, bool), np.asarray(trunc, bool), ids)
+
+    def reset(self, seed: int) -> Batch:
+        obs, info = self._guard(lambda: self._env.reset(seed=seed))
+        n = len(info["env_id"])
+        return self._batch((obs, np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), info))
+
+    def recv(self) -> Batch:
+        return self._batch(self._guard(self._env.recv))
+
+    def send(self, actions: np.ndarray) -> None:
+        self._guard(lambda: self._env.send(actions.astype(np.int32, copy=False)))
+
+    def _guard(self, fn):  # type: ignore[no-untyped-def]
+        try:
+            return fn()
+        except Exception as e:  # the C++ side raises plain RuntimeErrors without context
+            ids = [] if self._last_ids is None else self._last_ids.tolist()
+            raise SimulatorError(f"ALE emulator for game '{self.spec.name}' failed (last env ids {ids}): {e}") from e
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class GymSimulator:
+    """Any gymnasium id, stepped synchronously in-process (the whole vector is one batch)."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int) -> None:
+        import gymnasium as gym
+
+        self.spec = spec
+        self.num_envs = self.batch_size = num_envs
+        self._envs = [gym.make(spec.name) for _ in range(num_envs)]
+        space = self._envs[0].observation_space
+        self.obs_shape = tuple(space.shape)
+        self.obs_dtype = np.dtype(np.float32)
+        self.num_actions = int(self._envs[0].action_space.n)
+        self._done = np.zeros(num_envs, bool)
+        self._obs = np.zeros((num_envs, *self.obs_shape), np.float32)
+        self._ids = np.arange(num_envs)
+
+    def reset(self, seed: int) -> Batch:
+        for i, e in enumerate(self._envs):
+            self._obs[i] = e.reset(seed=seed + i)[0]
+        n = self.num_envs
+        return Batch(self._obs.copy(), np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool), self._ids)
+
+    def send(self, actions: np.ndarray) -> None:
+        n = self.num_envs
+        self._rew, self._term, self._trunc = np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
+        for i, e in enumerate(self._envs):
+            try:
+                if self._done[i]:
+                    self._obs[i] = e.reset()[0]
+                    self._done[i] = False
+                    continue
+                o, r, te, tr, _ = e.step(int(actions[i]))
+            except Exception as ex:
+                raise SimulatorError(f"gymnasium env '{self.spec.name}' id {i} failed: {ex}") from ex
+            self._obs[i], self._rew[i], self._term[i], self._trunc[i] = o, r, te, tr
+            self._done[i] = te or tr
+
+    def recv(self) -> Batch:
+        return Batch(self._obs.copy(), self._rew, self._term, self._trunc, self._ids)
+
+    def close(self) -> None:
+        for e in self._envs:
+            e.close()
+
+
+def make_simulator(spec: EnvSpec, num_envs: int, batch_size: int, num_threads: int,
+                   max_episode_frames: int) -> Simulator:
+    if spec.kind == "atari":
+        return AtariSimulator(spec, num_envs, batch_size, num_threads, max_episode_frames)
+    return GymSimulator(spec, num_envs)
