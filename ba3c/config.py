@@ -246,19 +246,6 @@ def load_json(path: str) -> dict[str, Any]:
     return _from_nested(data, f"--config {path}")
 
 
-def parse_args(argv: Sequence[str] | None = None) -> Config:
-    """Command line -> validated Config (raises ConfigError)."""
-    ns = vars(build_parser().parse_args(argv))
-    cfg_file = ns.pop("config")
-    values: dict[str, Any] = {}
-    if cfg_file:
-        values.update(load_json(cfg_file))
-    if "preset" in ns:
-        values.update(PRESETS[ns["preset"]])
-    values.update(ns)
-    return Config().replace(**values) if values else Config()
-
-
 def save_json(cfg: Config, path: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:

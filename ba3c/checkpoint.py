@@ -1,0 +1,96 @@
+"""Crash-safe checkpoints: write to a temporary name, fsync, checksum, rename; keep the last K.
+
+A checkpoint is `ckpt-<updates>.npz` (model weights then optimizer variables, as arrays
+a0, a1, ..., plus a JSON `meta` entry with counters, RNG state and config hash) next to
+`ckpt-<updates>.sha256`. The checksum file is renamed into place before the data file, so a
+data file without a matching checksum is never taken for a good one.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+_NAME = re.compile(r"ckpt-(\d{10})\.npz$")
+
+
+@dataclass
+class Checkpoint:
+    path: str
+    arrays: list[np.ndarray]
+    meta: dict[str, Any]
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def save(ckpt_dir: str, updates: int, arrays: list[np.ndarray], meta: dict[str, Any], keep: int) -> str:
+    os.makedirs(ckpt_dir, exist_ok=True)
+    buf = io.BytesIO()
+    np.savez(buf, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **{f"a{i}": a for i, a in enumerate(arrays)})
+    data = buf.getvalue()
+    path = os.path.join(ckpt_dir, f"ckpt-{updates:010d}.npz")
+    _atomic_write(path[:-4] + ".sha256", hashlib.sha256(data).hexdigest().encode())
+    _atomic_write(path, data)
+    _fsync_dir(ckpt_dir)
+    for old in list_checkpoints(ckpt_dir)[:-keep]:
+        for p in (old, old[:-4] + ".sha256"):
+            if os.path.exists(p):
+                os.remove(p)
+    return path
+
+
+def list_checkpoints(ckpt_dir: str) -> list[str]:
+    """Checkpoint data files, oldest first."""
+    if not os.path.isdir(ckpt_dir):
+        return []
+    return sorted(os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if _NAME.match(n))
+
+
+def _read_verified(path: str) -> Checkpoint:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    sha_path = path[:-4] + ".sha256"
+    try:
+        with open(sha_path) as fh:
+            want = fh.read().strip()
+    except FileNotFoundError:
+        raise ValueError("its checksum file is missing") from None
+    if hashlib.sha256(data).hexdigest() != want:
+        raise ValueError("checksum mismatch (truncated or corrupted)")
+    with np.load(io.BytesIO(data)) as z:
+        meta = json.loads(bytes(z["meta"]).decode())
+        n = sum(1 for k in z.files if k.startswith("a"))
+        arrays = [z[f"a{i}"] for i in range(n)]
+    return Checkpoint(path, arrays, meta)
+
+
+def load_latest(ckpt_dir: str) -> Checkpoint | None:
+    """Newest checkpoint that verifies; bad newer ones are named in a warning and skipped."""
+    for path in reversed(list_checkpoints(ckpt_dir)):
+        try:
+            return _read_verified(path)
+        except Exception as e:  # any unreadable file: fall back to the next older one
+            print(f"ba3c: WARNING: skipping checkpoint {path}: {e}", file=sys.stderr, flush=True)
+    return None

