@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from typing import Sequence
 
 from ba3c.config import PRESETS, Config, ConfigError, build_parser, check_world, config_from_dict, load_json
@@ -42,8 +43,11 @@ def _check_writable(run_dir: str) -> None:
     parent = run_dir
     while parent and not os.path.exists(parent):
         parent = os.path.dirname(parent)
-    if not os.access(parent or ".", os.W_OK):
-        raise ConfigError(f"--run-dir: cannot write to '{run_dir}' ('{parent or '.'}' is not writable); choose another")
+    try:  # os.access says yes to root even on read-only file systems: really try
+        with tempfile.TemporaryFile(dir=parent or "."):
+            pass
+    except OSError as e:
+        raise ConfigError(f"--run-dir: cannot write to '{run_dir}' ({parent or '.'}: {e.strerror}); choose another") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,107 @@
+"""Train until the mean return of the last 20 episodes reaches a target; record when it did.
+
+    python benchmarks/time_to_score.py --env pong --target 18 [--max-hours 3] [-- extra ba3c.train flags]
+
+Runs `python -m ba3c.train` as a child process, follows its progress.csv, and stops it
+(SIGTERM: it checkpoints first) once `return_mean20` >= target or the time budget is spent.
+Writes benchmarks/results/time_to_score-GAME.json and a PNG curve. The return used is the
+training-time return of the sampled policy (reported as such), not a separate greedy evaluation.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+# Early-stop thresholds of the paper (arXiv 1801.02852).
+PAPER_TARGETS = {"breakout": 300.0, "pong": 10.0, "seaquest": 1830.0, "space_invaders": 700.0, "riverraid": 4000.0}
+
+
+def read_rows(path: str) -> list[dict[str, str]]:
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def first_reach(rows: list[dict[str, str]], target: float) -> dict[str, str] | None:
+    for r in rows:
+        if r.get("return_mean20") and float(r["return_mean20"]) >= target:
+            return r
+    return None
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="pong")
+    p.add_argument("--target", type=float, default=None, help="default: the paper's threshold for the game")
+    p.add_argument("--max-hours", type=float, default=3.0)
+    p.add_argument("--total-frames", type=int, default=40_000_000)
+    p.add_argument("--run-dir", default="")
+    p.add_argument("--out-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    p.add_argument("--nice", type=int, default=0, help="run the trainer at this niceness")
+    args, extra = p.parse_known_args()
+    extra = [a for a in extra if a != "--"]
+    game = args.env.lower()
+    target = args.target if args.target is not None else PAPER_TARGETS.get(game)
+    if target is None:
+        p.error(f"--target is required for {args.env} (paper thresholds exist for {', '.join(PAPER_TARGETS)})")
+    run_dir = args.run_dir or os.path.join("runs", f"tts-{game}-{time.strftime('%Y%m%d-%H%M%S')}")
+    cmd = [sys.executable, "-m", "ba3c.train", "--env", args.env, "--total-frames", str(args.total_frames),
+           "--run-dir", run_dir, *extra]
+    if args.nice:
+        cmd = ["nice", "-n", str(args.nice), *cmd]
+    print("time_to_score:", " ".join(cmd), flush=True)
+    t0 = time.time()
+    child = subprocess.Popen(cmd)
+    progress = os.path.join(run_dir, "progress.csv")
+    hit = None
+    try:
+        while child.poll() is None:
+            time.sleep(10)
+            hit = first_reach(read_rows(progress), target)
+            if hit or time.time() - t0 > args.max_hours * 3600:
+                child.send_signal(signal.SIGTERM)
+                break
+        child.wait()
+    except KeyboardInterrupt:
+        child.send_signal(signal.SIGTERM)
+        child.wait()
+    rows = read_rows(progress)
+    hit = first_reach(rows, target)
+    last = rows[-1] if rows else {}
+    cores = os.cpu_count() or 1
+    wall_h = (time.time() - t0) / 3600
+    result = {
+        "env": game, "target": target, "reached": hit is not None,
+        "metric": "mean training return of the last 20 episodes (sampled policy)",
+        "frames_to_target": int(hit["frames"]) if hit else None,
+        "wall_s_to_target": float(hit["time_s"]) if hit else None,
+        "core_hours_to_target": float(hit["time_s"]) / 3600 * cores if hit else None,
+        "frames_total": int(last.get("frames", 0) or 0), "wall_hours_total": round(wall_h, 3),
+        "best_return_mean20": max((float(r["return_mean20"]) for r in rows if r.get("return_mean20")), default=None),
+        "run_dir": run_dir, "command": cmd,
+        "machine": {"cores": cores, "cpu": platform.processor() or platform.machine(), "host": platform.node()},
+    }
+    os.makedirs(args.out_dir, exist_ok=True)
+    out = os.path.join(args.out_dir, f"time_to_score-{game}.json")
+    with open(out, "w") as fh:
+        json.dump(result, fh, indent=2)
+    if os.path.exists(os.path.join(run_dir, "config.json")):
+        shutil.copy(os.path.join(run_dir, "config.json"), os.path.join(args.out_dir, f"time_to_score-{game}-config.json"))
+    curve = os.path.join(run_dir, "learning_curve.png")
+    if os.path.exists(curve):
+        shutil.copy(curve, os.path.join(args.out_dir, f"time_to_score-{game}.png"))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Config: CLI from the dataclasses, JSON round trip, presets, and bad input rejected early."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ba3c.config import PRESETS, Config, ConfigError, all_option_names, build_parser, config_from_dict, save_json
+from ba3c.simulators import UnknownEnvError, resolve_env
+from ba3c.train import resolve
+from conftest import ROOT, subprocess_env
+
+
+def test_help_lists_every_option_with_default():
+    text = build_parser().format_help()
+    for name in all_option_names():
+        assert "--" + name.replace("_", "-") in text
+    for flag in ("--env", "--total-frames", "--run-dir", "--resume", "--config", "--preset", "--model", "--seed"):
+        assert flag in text
+    assert "(default: 'pong')" in text
+
+
+def test_json_round_trip_and_cli_overrides(tmp_path):
+    cfg, _ = resolve(["--env", "breakout", "--lr", "0.002", "--num-envs", "48"])
+    path = tmp_path / "c.json"
+    save_json(cfg, str(path))
+    again, _ = resolve(["--config", str(path)])
+    assert again == cfg
+    over, _ = resolve(["--config", str(path), "--num-envs", "64"])
+    assert over.sim.num_envs == 64 and over.learn.lr == 0.002 and over.sim.env == "breakout"
+
+
+def test_paper_preset():
+    cfg, _ = resolve(["--preset", "paper"])
+    for k, v in PRESETS["paper"].items():
+        assert getattr(getattr(cfg, {"model": "learn", "predict_batch": "sim"}.get(k, "learn")), k) == v
+    cfg2, _ = resolve(["--preset", "paper", "--lr", "0.01"])
+    assert cfg2.learn.lr == 0.01 and cfg2.learn.beta2 == 0.75
+
+
+@pytest.mark.parametrize("name,rom", [("pong", "pong"), ("Pong", "pong"), ("ALE/Pong-v5", "pong"),
+                                      ("SpaceInvaders", "space_invaders"), ("space_invaders", "space_invaders"),
+                                      ("BreakoutNoFrameskip-v4", "breakout")])
+def test_game_names(name, rom):
+    spec = resolve_env(name)
+    assert (spec.kind, spec.name) == ("atari", rom)
+
+
+def test_unknown_game_suggests():
+    with pytest.raises(UnknownEnvError, match="breakout"):
+        resolve_env("breakuot")
+    assert resolve_env("CartPole-v1").kind == "gym"
+
+
+BAD = [
+    (["--env", "pongg"], "--env"),
+    (["--preset", "fast"], "--preset"),
+    (["--num-envs", "0"], "--num-envs"),
+    (["--train-batch", "-4"], "--train-batch"),
+    (["--predict-batch", "64", "--num-envs", "32"], "--predict-batch"),
+    (["--train-batch", "100000"], "--train-batch"),
+    (["--n-step", "40000", "--max-episode-frames", "1000"], "--n-step"),
+    (["--lr", "nan"], "--lr"),
+    (["--lr", "inf"], "--lr"),
+    (["--gamma", "1.5"], "--gamma"),
+    (["--total-frames", "abc"], "--total-frames"),
+    (["--resume", "/nonexistent/run"], "--resume"),
+    (["--run-dir", "/proc/ba3c-not-writable"], "--run-dir"),
+]
+
+
+@pytest.mark.parametrize("args,option", BAD)
+def test_bad_input_exits_2_with_one_clear_line(args, option, tmp_path):
+    p = subprocess.run([sys.executable, "-m", "ba3c.train", *args, "--run-dir", str(tmp_path / "r")]
+                       if "--run-dir" not in args else [sys.executable, "-m", "ba3c.train", *args],
+                       cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert option in p.stderr
+    assert not (tmp_path / "r").exists()  # nothing written
+
+
+def test_bad_json_configs(tmp_path):
+    unknown = tmp_path / "u.json"
+    unknown.write_text(json.dumps({"learn": {"lrr": 0.1}}))
+    with pytest.raises(ConfigError, match="did you mean lr"):
+        resolve(["--config", str(unknown)])
+    wrong = tmp_path / "w.json"
+    wrong.write_text(json.dumps({"sim": {"num_envs": "many"}}))
+    with pytest.raises(ConfigError, match="--num-envs: expected int"):
+        resolve(["--config", str(wrong)])
+    broken = tmp_path / "b.json"
+    broken.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        resolve(["--config", str(broken)])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.dictionaries(st.sampled_from(["num_envs", "predict_batch", "train_batch", "n_step", "lr", "gamma",
+                                        "clip_norm", "total_frames", "beta1"]),
+                       st.one_of(st.integers(-5, 5000), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3)),
+                       max_size=4))
+def test_config_parser_accepts_only_valid(values):
+    """Any dict of values either builds a Config that re-validates, or raises ConfigError (never anything else)."""
+    try:
+        cfg = config_from_dict({"sim": {k: v for k, v in values.items() if k in ("num_envs", "predict_batch")},
+                                "learn": {k: v for k, v in values.items() if k in ("train_batch", "n_step", "lr", "gamma", "clip_norm", "beta1")},
+                                "run": {k: v for k, v in values.items() if k == "total_frames"}})
+    except ConfigError:
+        return
+    assert cfg.sim.predict_batch <= cfg.sim.num_envs and cfg.learn.lr > 0 and 0 < cfg.learn.gamma <= 1
+    assert Config(cfg.sim, cfg.learn, cfg.run) == cfg
