@@ -1,0 +1,97 @@
+"""The trainer end to end in one process: learning on CartPole, the Atari pipeline, checkpoints, resume, signals."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ba3c import checkpoint as ckpt
+from conftest import ROOT, run_train, subprocess_env
+
+
+def rows(run_dir) -> list[dict[str, str]]:
+    with open(os.path.join(run_dir, "progress.csv"), newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_cartpole_learns(tmp_path):
+    """A real learning curve: mean return of 20 episodes >= 150 within 150k steps (~1 min here)."""
+    run = tmp_path / "cp"
+    t0 = time.time()
+    run_train(["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40",
+               "--lr", "1e-3", "--lr-scaling", "none", "--total-frames", "150000", "--run-dir", str(run),
+               "--log-interval-s", "1"], timeout=300)
+    r = rows(run)
+    best = max(float(x["return_mean20"]) for x in r if x["return_mean20"])
+    assert best >= 150, f"CartPole did not learn: best mean-20 return {best}"
+    assert time.time() - t0 < 180
+    assert (run / "learning_curve.png").stat().st_size > 1000
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["end"] and meta["ranks"] == 1 and meta["versions"]["tensorflow-cpu"]
+    assert "git_sha" in meta and "git_dirty" in meta
+    assert list((run / "tb").iterdir()), "no TensorBoard events"
+
+
+def test_atari_pipeline_checkpoint_and_resume(tmp_path):
+    run = tmp_path / "pong"
+    common = ["--env", "pong", "--num-envs", "8", "--predict-batch", "4", "--train-batch", "32",
+              "--run-dir", str(run), "--log-interval-s", "0.5", "--stats-interval-updates", "5"]
+    run_train([*common, "--total-frames", "3000"], timeout=300)
+    first = rows(run)
+    assert first and all(math.isfinite(float(x[k])) for x in first for k in ("policy_loss", "value_loss", "entropy"))
+    c1 = ckpt.load_latest(str(run / "checkpoints"))
+    assert c1 is not None and c1.meta["frames"] >= 3000
+    assert json.loads((run / "config.json").read_text())["sim"]["env"] == "pong"
+    p = run_train(["--resume", str(run), "--total-frames", "6000"], timeout=300)
+    assert "resuming from" in p.stdout
+    second = rows(run)
+    updates = [int(x["updates"]) for x in second]
+    assert updates == sorted(updates) and len(set(updates)) == len(updates), "duplicate or unordered rows"
+    assert int(second[-1]["frames"]) >= 6000 and len(second) > len(first)
+    c2 = ckpt.load_latest(str(run / "checkpoints"))
+    assert c2.meta["updates"] > c1.meta["updates"]
+    assert json.loads((run / "config.json").read_text())["run"]["total_frames"] == 6000
+
+
+def test_sigusr1_checkpoints_then_resume_finishes(tmp_path):
+    run = tmp_path / "sig"
+    args = [sys.executable, "-m", "ba3c.train", "--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4",
+            "--train-batch", "20", "--total-frames", "400000", "--run-dir", str(run), "--stats-interval-updates", "5"]
+    proc = subprocess.Popen(args, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 120
+    while not (run / "progress.csv").exists() or len(rows(run)) < 2:
+        assert time.time() < deadline and proc.poll() is None, "trainer did not start"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err
+    c = ckpt.load_latest(str(run / "checkpoints"))
+    assert c is not None and 0 < c.meta["frames"] < 400000
+    p = run_train(["--resume", str(run), "--total-frames", str(c.meta["frames"] + 2000)], timeout=200)
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["resumed_from_update"] == c.meta["updates"] and meta["final_frames"] >= c.meta["frames"] + 2000
+    assert "resuming from" in p.stdout
+
+
+def test_corrupted_newest_checkpoint_falls_back(tmp_path, capsys):
+    import numpy as np
+
+    d = str(tmp_path)
+    a = [np.arange(5, dtype=np.float32)]
+    ckpt.save(d, 1, a, {"updates": 1}, keep=3)
+    ckpt.save(d, 2, [x + 1 for x in a], {"updates": 2}, keep=3)
+    newest = ckpt.list_checkpoints(d)[-1]
+    with open(newest, "r+b") as fh:
+        fh.truncate(50)
+    c = ckpt.load_latest(d)
+    assert c is not None and c.meta["updates"] == 1
+    assert os.path.basename(newest) in capsys.readouterr().err
+    for u in range(3, 7):
+        ckpt.save(d, u, a, {"updates": u}, keep=3)
+    assert [os.path.basename(p) for p in ckpt.list_checkpoints(d)] == [f"ckpt-{u:010d}.npz" for u in (4, 5, 6)]
