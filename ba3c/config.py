@@ -19,6 +19,7 @@ MODELS = ("auto", "nature", "paper", "mlp")
 CLIP_MODES = ("global", "avg")
 LR_SCALINGS = ("none", "linear", "sqrt")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
+EXCHANGES = ("sync", "overlap")
 MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 
 
@@ -58,6 +59,8 @@ class LearnConfig:
     clip_mode: str = _f("global", "global: clip by global norm; avg: clip each tensor by average norm (paper)", choices=CLIP_MODES)
     entropy_coef: float = _f(0.01, "entropy bonus weight")
     value_coef: float = _f(0.5, "value loss weight")
+    exchange: str = _f("sync", "sync: average gradients then apply in the same update; overlap: exchange update k while "
+                       "computing update k+1's gradients (they are one update stale), hiding the allreduce", choices=EXCHANGES)
     lr_scaling: str = _f("sqrt", "learning-rate rule for global batch B: none, linear (B/ref), sqrt (sqrt(B/ref))", choices=LR_SCALINGS)
     lr_ref_batch: int = _f(64, "global batch at which lr applies unchanged")
     warmup_updates: int = _f(100, "linear lr warm-up over this many updates when lr is scaled up")
@@ -71,6 +74,7 @@ class RunConfig:
     run_dir: str = _f("", "run directory (default runs/<game>-<timestamp>)")
     resume: str = _f("", "continue the run in this directory from its newest checkpoint")
     preset: str = _f("default", "optimizer preset: default (tuned here) or paper (arXiv 1801.02852)", choices=("default", "paper"))
+    max_minutes: float = _f(0.0, "stop cleanly (checkpoint, exit 0) after this many minutes of training (0: no limit)")
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
@@ -157,7 +161,7 @@ def validate(cfg: Config) -> None:
     for name, v in positive.items():
         if v <= 0:
             raise ConfigError(f"{_flag(name)}: must be > 0, got {v}")
-    nonneg = dict(env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
+    nonneg = dict(max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
                   value_coef=l.value_coef, warmup_updates=l.warmup_updates,
                   intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads)
     for name, v in nonneg.items():

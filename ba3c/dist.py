@@ -74,10 +74,14 @@ class MpiDist(Dist):
         self._MPI = MPI
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        # Gradients travel on their own communicator: in overlap mode they are exchanged from a
+        # worker thread while the main thread gathers statistics, and collectives on one
+        # communicator must not interleave between threads.
+        self.grad_comm = self.comm.Dup()
 
     def average_flat(self, buf: np.ndarray) -> np.ndarray:
         buf = np.ascontiguousarray(buf, dtype=np.float32)
-        self.comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM)
+        self.grad_comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM)
         buf /= self.size
         return buf
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +54,10 @@ class Learner:
         self._fused = tf.function(lambda o, a, r, adv: self._step(o, a, r, adv, exchange_in_graph), jit_compile=False)
         self._grads = tf.function(self._loss_and_grads)
         self._apply = tf.function(self._apply_grads)
+        self._exchange_apply_graph = tf.function(lambda gs: self._apply_grads(self.dist.graph_average(list(gs))))
+        # overlap mode: one worker thread averages and applies update k while the caller computes k+1
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="ExchangeThread") if cfg.exchange == "overlap" else None
+        self._pending: Future | None = None
 
     # ---- graph pieces
     def _loss_and_grads(self, obs, actions, returns, advantages):
@@ -89,31 +94,59 @@ class Learner:
     def train(self, batch: TrainBatch) -> StepStats:
         tf = self._tf
         t0 = time.perf_counter()
-        self.opt.learning_rate.assign(self.current_lr())
         args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns),
                 tf.constant(batch.advantages))
         ex_s = 0.0
-        if self.dist.size == 1 or self.dist.graph_allreduce:
+        if self._pool is not None:
+            grads, losses = self._grads(*args)  # runs while the previous update is exchanged and applied
+            t1 = time.perf_counter()
+            norm = self.flush()
+            ex_s = time.perf_counter() - t1  # exchange time not hidden behind this gradient computation
+            self.opt.learning_rate.assign(self.current_lr())
+            self._pending = self._pool.submit(self._exchange_apply, list(grads))
+        elif self.dist.size == 1 or self.dist.graph_allreduce:
+            self.opt.learning_rate.assign(self.current_lr())
             losses, norm = self._fused(*args)
         else:
+            self.opt.learning_rate.assign(self.current_lr())
             grads, losses = self._grads(*args)
-            shapes = [g.shape for g in grads]
-            flat = np.concatenate([g.numpy().ravel() for g in grads])
             t1 = time.perf_counter()
-            flat = self.dist.average_flat(flat)
+            grads = self._average_host(grads)
             ex_s = time.perf_counter() - t1
-            out, i = [], 0
-            for s in shapes:
-                n = int(np.prod(s))
-                out.append(tf.constant(flat[i:i + n].reshape(s)))
-                i += n
-            norm = self._apply(out)
+            norm = self._apply(grads)
         pl, vl, ent = (float(x) for x in losses.numpy())
         self.updates += 1
         return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, ex_s)
 
+    def _average_host(self, grads: list) -> list:
+        """mpi4py path: one flattened float32 buffer, allreduced in place."""
+        tf = self._tf
+        shapes = [g.shape for g in grads]
+        flat = self.dist.average_flat(np.concatenate([g.numpy().ravel() for g in grads]))
+        out, i = [], 0
+        for s in shapes:
+            n = int(np.prod(s))
+            out.append(tf.constant(flat[i:i + n].reshape(s)))
+            i += n
+        return out
+
+    def _exchange_apply(self, grads: list) -> float:
+        if self.dist.size == 1:
+            return float(self._apply(grads))
+        if self.dist.graph_allreduce:
+            return float(self._exchange_apply_graph(grads))
+        return float(self._apply(self._average_host(grads)))
+
+    def flush(self) -> float:
+        """Wait for an update still being exchanged (overlap mode); returns its gradient norm."""
+        if self._pending is None:
+            return 0.0
+        norm, self._pending = self._pending.result(), None
+        return norm
+
     # ---- state for checkpoints and the start-up broadcast
     def state_arrays(self) -> list[np.ndarray]:
+        self.flush()
         return [np.asarray(v.numpy()) for v in self.model.weights] + [np.asarray(v.numpy()) for v in self.opt.variables]
 
     def load_state_arrays(self, arrays: list[np.ndarray]) -> None:
@@ -131,4 +164,5 @@ class Learner:
             self.load_state_arrays(self.dist.broadcast_arrays(self.state_arrays()))
 
     def weights_checksum(self) -> float:
+        self.flush()
         return float(sum(np.sum(np.asarray(v.numpy(), np.float64)) for v in self.model.weights))

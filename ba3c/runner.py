@@ -204,6 +204,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
     last_ckpt_t = t_start
     last_stats = None
     status = 0
+    stopped_early = False
     updates = start_updates
 
     def frames_at(u: int) -> int:
@@ -242,7 +243,8 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
             local = ([(e.score, e.length) for e in eps], sim_thread.steps,
                      dict(sim_thread.timers.seconds), dict(learn_timers.seconds))
             gathered = dist.gather(local)
-            stop = dist.any_true(flag.received is not None)
+            timed_out = r.max_minutes > 0 and time.time() - t_start > r.max_minutes * 60
+            stop = dist.any_true(flag.received is not None or timed_out)
             if dist.is_root:
                 assert gathered is not None and writer is not None
                 for g in gathered:
@@ -285,8 +287,10 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
                     save_checkpoint()
                     last_ckpt_t = now
             if stop:
-                status = EXIT_SIGNALLED
+                status = 0 if (timed_out and flag.received is None) else EXIT_SIGNALLED
+                stopped_early = True
                 break
+        learner.flush()  # every rank: an overlapped last update must finish its exchange
     finally:
         sim_thread.stop.set()
         sim_thread.join(timeout=10)
@@ -301,8 +305,9 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
                 "exit_status": status, "stage_seconds_rank0": {**sim_thread.timers.seconds, **learn_timers.seconds}}
         writer.write_json("meta.json", meta)
         print_timers(sim_thread.timers.seconds, learn_timers.seconds, time.time() - t_start)
-        if status == EXIT_SIGNALLED:
-            print(f"ba3c: stopped by signal at update {updates:,}; continue with --resume {run_dir}", flush=True)
+        if stopped_early:
+            why = "by signal" if status == EXIT_SIGNALLED else f"after --max-minutes {r.max_minutes}"
+            print(f"ba3c: stopped {why} at update {updates:,}; continue with --resume {run_dir}", flush=True)
         else:
             print(f"ba3c: done: {frames_at(updates):,} frames, {updates:,} updates"
                   + (f"; curve {curve}" if curve else ""), flush=True)
