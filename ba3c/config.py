@@ -75,6 +75,7 @@ class RunConfig:
     resume: str = _f("", "continue the run in this directory from its newest checkpoint")
     preset: str = _f("default", "optimizer preset: default (tuned here) or paper (arXiv 1801.02852)", choices=("default", "paper"))
     max_minutes: float = _f(0.0, "stop cleanly (checkpoint, exit 0) after this many minutes of training (0: no limit)")
+    hang_timeout_min: float = _f(10.0, "abort the job if no update completes for this many minutes (a lost or stuck rank)")
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
@@ -155,7 +156,7 @@ def validate(cfg: Config) -> None:
     positive = dict(num_envs=s.num_envs, predict_batch=s.predict_batch, max_episode_frames=s.max_episode_frames,
                     n_step=l.n_step, train_batch=l.train_batch, lr=l.lr, lr_ref_batch=l.lr_ref_batch,
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
-                    checkpoint_interval_min=r.checkpoint_interval_min, keep_checkpoints=r.keep_checkpoints,
+                    checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min, keep_checkpoints=r.keep_checkpoints,
                     queue_batches=r.queue_batches, stats_interval_updates=r.stats_interval_updates,
                     adam_eps=l.adam_eps)
     for name, v in positive.items():

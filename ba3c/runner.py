@@ -100,6 +100,28 @@ class SimulationThread(threading.Thread):
             self.error = e
 
 
+class WatchdogThread(threading.Thread):
+    """Ends the process when updates stop: a rank lost mid-allreduce must not hang the job for ever.
+
+    Under mpirun a dead rank already ends the job within seconds; this covers launchers that do not
+    notice, and a rank stuck in a collective. Exit status 70; rerun with --resume.
+    """
+
+    def __init__(self, timeout_s: float, rank: int) -> None:
+        super().__init__(name="WatchdogThread", daemon=True)
+        self.timeout_s, self.rank = timeout_s, rank
+        self.last_progress = time.monotonic()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(min(10.0, self.timeout_s / 4)):
+            idle = time.monotonic() - self.last_progress
+            if idle > self.timeout_s:
+                print(f"ba3c: rank {self.rank}: no update completed for {idle / 60:.1f} min (another rank lost, or "
+                      f"stuck in an allreduce); aborting. Rerun with --resume RUN_DIR.", file=sys.stderr, flush=True)
+                os._exit(70)
+
+
 class SignalFlag:
     """SIGTERM / SIGINT / SIGUSR1 ask for a checkpoint and a clean stop; a second SIGINT exits at once."""
 
@@ -132,7 +154,7 @@ def fmt_duration(s: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) -> int:
+def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, flag: "SignalFlag | None" = None) -> int:
     """Run training to `total_frames`; returns the process exit status."""
     import tensorflow as tf  # noqa: F401  (after configure_tensorflow in the caller)
 
@@ -154,6 +176,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
     start_updates, start_episodes, prior_time = 0, 0, 0.0
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     meta_prev: dict[str, Any] = {}
+    config_changes: dict[str, list[Any]] = {}
     if resume and dist.is_root:
         c = ckpt.load_latest(ckpt_dir)
         if c is None:
@@ -161,6 +184,11 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
         else:
             learner.load_state_arrays(c.arrays)
             meta_prev = c.meta
+            old_cfg = {k: v for g in c.meta.get("config", {}).values() for k, v in g.items()}
+            new_cfg = {k: v for g in cfg.to_dict().values() for k, v in g.items()}
+            config_changes = {k: [old_cfg.get(k), v] for k, v in new_cfg.items() if old_cfg.get(k) != v and k != "resume"}
+            if config_changes:
+                print(f"ba3c: resume changes {', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in config_changes.items())}")
             start_updates, start_episodes = int(c.meta["updates"]), int(c.meta["episodes"])
             prior_time = float(c.meta.get("time_s", 0.0))
             print(f"ba3c: resuming from {c.path} (update {start_updates:,}, "
@@ -181,7 +209,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
         meta = {**base_meta(dist.name, world), "start": now_iso(), "end": None, "model": model_kind,
                 "env": {"kind": spec.kind, "name": spec.name}, "global_batch": global_batch, "lr_effective": lr,
                 "num_params": int(model.count_params()), "resumed_from_update": start_updates if resume else None,
-                "previous_meta": meta_prev.get("run_meta") if resume else None}
+                "config_changes_on_resume": config_changes}
         writer.write_json("meta.json", meta)
         print(f"ba3c: {spec.kind}:{spec.name} model={model_kind} ({model.count_params():,} params) ranks={world} "
               f"dist={dist.name} global_batch={global_batch} lr={lr:.2e} -> {run_dir}", flush=True)
@@ -193,8 +221,9 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
     exp = Experience(s.num_envs, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch,
                      clip_rewards=spec.kind == "atari")
     sim_thread = SimulationThread(sim, Predictor(model, sim.obs_shape, sim.obs_dtype), exp, q, rng, env_seed)
-    flag = SignalFlag()
-    flag.install()
+    if flag is None:  # the entry point installs it before the slow start-up; library callers get one here
+        flag = SignalFlag()
+        flag.install()
 
     recent: collections.deque[Episode] = collections.deque(maxlen=100)
     episodes_total = start_episodes
@@ -218,7 +247,9 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
         path = ckpt.save(ckpt_dir, updates, learner.state_arrays(), meta_c, r.keep_checkpoints)
         print(f"ba3c: checkpoint {path}", flush=True)
 
+    watchdog = WatchdogThread(r.hang_timeout_min * 60, rank)
     sim_thread.start()
+    watchdog.start()
     try:
         while updates < total_updates:
             t = time.perf_counter()
@@ -234,6 +265,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
             learn_timers.seconds["train"] += last_stats.train_s - last_stats.allreduce_s
             learn_timers.seconds["allreduce"] += last_stats.allreduce_s
             updates += 1
+            watchdog.last_progress = time.monotonic()
             if sim_thread.error is not None:
                 raise sim_thread.error
             if updates % r.stats_interval_updates and updates != total_updates:
@@ -292,6 +324,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
                 break
         learner.flush()  # every rank: an overlapped last update must finish its exchange
     finally:
+        watchdog.stop.set()
         sim_thread.stop.set()
         sim_thread.join(timeout=10)
         sim.close()
@@ -311,6 +344,8 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool) ->
         else:
             print(f"ba3c: done: {frames_at(updates):,} frames, {updates:,} updates"
                   + (f"; curve {curve}" if curve else ""), flush=True)
+    # Nobody leaves before rank 0 has written: mpirun kills the whole job when one rank exits non-zero.
+    dist.barrier()
     return status
 
 

@@ -66,16 +66,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ba3c: error: {e}", file=sys.stderr)
         return 2
 
-    from ba3c.runner import configure_tensorflow, train
+    from ba3c.runner import SignalFlag, configure_tensorflow, train
 
+    flag = SignalFlag()  # before the slow start-up (TF, MPI, model): a warning signal then is not fatal
+    flag.install()
     configure_tensorflow(cfg)
     d = dist_mod.init(backend)
     try:
         check_world(cfg, d.size)
         if d.is_root:
             print(f"ba3c: distribution backend '{d.name}' ({d.size} rank{'s' if d.size > 1 else ''})", flush=True)
-        return train(cfg, spec, d, run_dir, resume)
+        return train(cfg, spec, d, run_dir, resume, flag)
     finally:
+        flag.restore()
         d.shutdown()
 
 
