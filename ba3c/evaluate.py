@@ -128,6 +128,11 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "greedy", 
     n = len(quotas)
     threads = num_threads or len(os.sched_getaffinity(0))
     sim = make_simulator(spec, n, n, min(threads, n), max_episode_frames)  # batch == num_envs: synchronous
+    want = (tuple(model.inputs[0].shape[1:]), int(model.outputs[0].shape[-1]))
+    if want != (sim.obs_shape, sim.num_actions):
+        sim.close()
+        raise EvalError(f"the model takes observations {want[0]} and has {want[1]} actions, but "
+                        f"{spec.kind}:{spec.name} gives {sim.obs_shape} and {sim.num_actions}")
     if record_path and len(sim.obs_shape) != 3:  # not worth failing the evaluation over
         print(f"ba3c.evaluate: not recording: --record needs image observations, {spec.kind}:{spec.name} has "
               f"vector observations of shape {sim.obs_shape}", file=sys.stderr, flush=True)

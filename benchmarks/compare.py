@@ -1,0 +1,243 @@
+"""Put our evaluation scores next to the BA3C paper's, Gorila's, and the human and random baselines.
+
+    python benchmarks/compare.py [PATH ...] [--published benchmarks/published_scores.csv] [--out benchmarks/results]
+
+Reads every evaluation JSON written by `python -m ba3c.evaluate` (files tagged with
+"schema": "ba3c-eval/1") found under the given files or directories (default:
+benchmarks/results/ and runs/), and writes OUT/SCORES.md (a table per game and policy) and
+OUT/scores.png (one bar chart per game). Published numbers come only from the CSV file, with
+their protocol and citation. When one game and policy has several evaluations, the one of the
+checkpoint with the most training frames is shown (the newest evaluation on a tie).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_PUBLISHED = REPO / "benchmarks" / "published_scores.csv"
+DEFAULT_PATHS = (REPO / "benchmarks" / "results", REPO / "runs")
+EVAL_SCHEMA = "ba3c-eval/1"  # ba3c.evaluate.SCHEMA (not imported: this script needs no TensorFlow or ba3c on the path)
+SOURCES = ("ba3c_paper", "gorila", "human", "random")
+SOURCE_TITLES = {"ba3c_paper": "BA3C paper", "gorila": "Gorila", "human": "Human", "random": "Random"}
+STANDARD_MAX_EPISODE_FRAMES = 108_000  # ba3c.evaluate's default: 30 minutes of play
+MAX_JSON_BYTES = 5_000_000  # evaluation files are small; skip anything big found while walking runs/
+
+
+class CompareError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Published:
+    score: float
+    protocol: str
+    citation: str
+
+
+@dataclass(frozen=True)
+class Row:
+    game: str
+    policy: str               # our protocol, short: greedy, sampled, egreedy 0.05
+    protocol_note: str        # what differs from the standard protocol (episode cap), else ""
+    mean: float
+    std: float
+    episodes: int
+    frames: int | None
+    train_wall_s: float | None
+    core_hours: float | None
+    published: dict[str, float]  # source -> score, only the sources that report this game
+    path: str
+
+
+def load_published(path: str | Path) -> dict[str, dict[str, Published]]:
+    """game -> source -> published score; one (game, source) pair may appear only once."""
+    out: dict[str, dict[str, Published]] = {}
+    with open(path, newline="") as fh:
+        for i, r in enumerate(csv.DictReader(fh), start=2):
+            game, source = r["game"].strip(), r["source"].strip()
+            if source in out.get(game, {}):
+                raise CompareError(f"{path}:{i}: duplicate entry for {game} / {source}")
+            out.setdefault(game, {})[source] = Published(float(r["score"]), r["protocol"], r["citation"])
+    return out
+
+
+def find_evals(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """Every ba3c evaluation JSON under the paths (files or directories), with its file in "_path"."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file():
+            files.append(p)
+        elif p.is_dir():
+            files += sorted(Path(d) / n for d, _, names in os.walk(p) for n in names if n.endswith(".json"))
+    found = []
+    for f in files:
+        if f.stat().st_size > MAX_JSON_BYTES:
+            continue
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue  # not ours (or half-written): ignore, the tag below is what identifies our files
+        if isinstance(data, dict) and data.get("schema") == EVAL_SCHEMA:
+            found.append({**data, "_path": str(f)})
+    return found
+
+
+def policy_label(ev: dict[str, Any]) -> str:
+    return f"egreedy {ev.get('epsilon')}" if ev["policy"] == "egreedy" else ev["policy"]
+
+
+def select(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One evaluation per (game, policy): most training frames, then newest."""
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for ev in evals:
+        key = (ev["game"], policy_label(ev))
+        rank = (ev.get("frames") or 0, ev.get("date") or "")
+        if key not in best or rank > (best[key].get("frames") or 0, best[key].get("date") or ""):
+            best[key] = ev
+    return [best[k] for k in sorted(best)]
+
+
+def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Published]]) -> list[Row]:
+    rows = []
+    for ev in select(evals):
+        pub = published.get(ev["game"], {})
+        cap = (ev.get("protocol") or {}).get("max_episode_frames")
+        note = f"cap {cap:,} frames" if cap is not None and cap != STANDARD_MAX_EPISODE_FRAMES else ""
+        rows.append(Row(game=ev["game"], policy=policy_label(ev), protocol_note=note,
+                        mean=float(ev["score"]["mean"]), std=float(ev["score"]["std"]),
+                        episodes=int(ev["episodes"]), frames=ev.get("frames"),
+                        train_wall_s=ev.get("train_wall_s"), core_hours=ev.get("core_hours"),
+                        published={s: pub[s].score for s in SOURCES if s in pub}, path=ev["_path"]))
+    return rows
+
+
+def human_normalized(score: float, human: float | None, random: float | None) -> float | None:
+    """100 * (score - random) / (human - random), the usual Atari normalisation; None without both baselines."""
+    if human is None or random is None or human == random:
+        return None
+    return 100.0 * (score - random) / (human - random)
+
+
+def title(game: str) -> str:
+    return game.replace("_", " ").title() if game.islower() else game
+
+
+def _display(path: str | Path) -> str:
+    p = Path(path).resolve()
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(path)
+
+
+def _num(x: float | None, fmt: str = "{:,.1f}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def _frames(f: int | None) -> str:
+    return "–" if f is None else f"{f / 1e6:.1f}M" if f >= 1e5 else f"{f:,}"
+
+
+def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]], published_path: str) -> str:
+    head = ["Game", "Ours (mean ± std)", "Our protocol", "Episodes", "Frames", "Train wall (h)", "Core-hours",
+            *(SOURCE_TITLES[s] for s in SOURCES), "Ours, human-normalized"]
+    lines = ["# Scores", "",
+             "Our numbers: `python -m ba3c.evaluate` (raw game score of full games, up to 30 no-op starts, "
+             "no sticky actions, episodes capped at 108,000 frames unless noted). Published numbers: "
+             f"`{_display(published_path)}`. Protocols differ, so read the comparison with them in mind (see the notes).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        hn = human_normalized(r.mean, r.published.get("human"), r.published.get("random"))
+        ours_protocol = ", ".join(x for x in (r.policy, r.protocol_note) if x)
+        cells = [title(r.game), f"{r.mean:,.1f} ± {r.std:,.1f}", ours_protocol, str(r.episodes), _frames(r.frames),
+                 _num(None if r.train_wall_s is None else r.train_wall_s / 3600, "{:,.2f}"),
+                 _num(r.core_hours, "{:,.2f}"), *(_num(r.published.get(s)) for s in SOURCES),
+                 _num(hn, "{:,.0f}%")]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Notes", ""]
+    shown = {s for r in rows for s in r.published}
+    for s in SOURCES:
+        if s not in shown:
+            continue
+        entries = [g[s] for g in published.values() if s in g]
+        protocols = sorted({e.protocol for e in entries})
+        citations = sorted({e.citation for e in entries})
+        lines.append(f"* **{SOURCE_TITLES[s]}**: {'; '.join(protocols)}. {' / '.join(citations)}.")
+    if "gorila" in shown:
+        lines.append("* Gorila's numbers are from its human-starts evaluation (episodes start from states "
+                     "sampled from human play), a harder protocol than our no-op starts.")
+    lines.append("* Core-hours: training wall time x cores of the run (see `cores_basis` in each JSON).")
+    lines += ["", "Evaluation files:", ""]
+    lines += [f"* {title(r.game)} ({r.policy}): `{_display(r.path)}`" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[Row], path: str | Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(3, len(rows))
+    nrows = (len(rows) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
+    colors = {"ours": "tab:blue", "ba3c_paper": "tab:orange", "gorila": "tab:green", "human": "tab:gray",
+              "random": "lightgray"}
+    for ax, r in zip(axes.flat, rows):
+        names, values, cs = ["ours"], [r.mean], [colors["ours"]]
+        for s in SOURCES:
+            if s in r.published:
+                names.append(SOURCE_TITLES[s])
+                values.append(r.published[s])
+                cs.append(colors[s])
+        ax.bar(range(len(values)), values, color=cs)
+        ax.errorbar([0], [r.mean], yerr=[r.std], color="black", capsize=4)  # only ours has a spread
+        ax.set_xticks(range(len(values)), names, rotation=30, ha="right", fontsize=8)
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.set_title(f"{title(r.game)} (ours: {r.policy}, {_frames(r.frames)} frames)", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    for ax in list(axes.flat)[len(rows):]:
+        ax.axis("off")
+    fig.suptitle("Game score: ours (mean ± std) vs published", fontsize=11)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("paths", nargs="*", help="evaluation JSON files or directories to search "
+                   "(default: benchmarks/results and runs)")
+    p.add_argument("--published", default=str(DEFAULT_PUBLISHED), help="CSV of published scores")
+    p.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="directory for SCORES.md and scores.png")
+    args = p.parse_args(argv)
+    missing = [x for x in args.paths if not os.path.exists(x)]
+    if missing:
+        print(f"compare: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    paths = args.paths or [str(x) for x in DEFAULT_PATHS]
+    try:
+        published = load_published(args.published)
+    except (OSError, KeyError, ValueError) as e:
+        print(f"compare: error: cannot read published scores {args.published}: {e}", file=sys.stderr)
+        return 2
+    rows = build_rows(find_evals(paths), published)
+    if not rows:
+        print(f"compare: error: no evaluation JSON (\"schema\": \"{EVAL_SCHEMA}\") under {', '.join(paths)}; "
+              f"run python -m ba3c.evaluate RUN_DIR first", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "SCORES.md").write_text(render_markdown(rows, published, args.published))
+    plot(rows, out / "scores.png")
+    print(f"compare: {len(rows)} row(s) -> {out / 'SCORES.md'}, {out / 'scores.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Evaluation: statistics and action choice, the score table, and `python -m ba3c.evaluate` end to end."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ba3c import evaluate as ev
+from conftest import ROOT, run_train, subprocess_env
+
+
+def load_compare():
+    spec = importlib.util.spec_from_file_location("ba3c_bench_compare", ROOT / "benchmarks" / "compare.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_evaluate(args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ba3c.evaluate", *args], cwd=ROOT, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# ---------------------------------------------------------------- maths
+
+def test_summarize():
+    s = ev.summarize([1, 2, 3, 4, 10])
+    assert s == {"n": 5, "mean": 4.0, "std": pytest.approx(np.sqrt(10.0)), "median": 3.0, "min": 1.0, "max": 10.0}
+    assert ev.summarize([-21.0]) == {"n": 1, "mean": -21.0, "std": 0.0, "median": -21.0, "min": -21.0, "max": -21.0}
+    with pytest.raises(ValueError):
+        ev.summarize([])
+
+
+def test_greedy_takes_argmax_and_first_of_ties():
+    logits = np.array([[0.1, 2.0, -1.0], [5.0, 5.0, 0.0], [-3.0, -2.0, -2.5]], np.float32)
+    assert ev.greedy_actions(logits).tolist() == [1, 0, 1]
+    assert ev.choose_actions("greedy", logits, np.random.default_rng(0), 0.05).tolist() == [1, 0, 1]
+
+
+def test_epsilon_greedy_rates():
+    rng = np.random.default_rng(1)
+    n, a = 200_000, 4
+    logits = np.zeros((n, a), np.float32)
+    logits[:, 2] = 1.0  # greedy action is 2 everywhere
+    assert (ev.epsilon_greedy_actions(logits, 0.0, rng) == 2).all()
+    acts = ev.epsilon_greedy_actions(logits, 1.0, rng)
+    assert np.allclose(np.bincount(acts, minlength=a) / n, 1 / a, atol=0.01)  # uniform over all actions
+    acts = ev.epsilon_greedy_actions(logits, 0.05, rng)
+    # a random action is the greedy one a quarter of the time: P(not greedy) = 0.05 * 3/4
+    assert np.mean(acts != 2) == pytest.approx(0.05 * (a - 1) / a, abs=0.003)
+    assert acts.dtype == np.int32
+
+
+def test_sampled_follows_softmax():
+    rng = np.random.default_rng(2)
+    logits = np.tile(np.log(np.array([0.7, 0.2, 0.1], np.float32)), (100_000, 1))
+    freq = np.bincount(ev.choose_actions("sampled", logits, rng, 0.05), minlength=3) / len(logits)
+    assert np.allclose(freq, [0.7, 0.2, 0.1], atol=0.01)
+    with pytest.raises(ValueError, match="unknown policy"):
+        ev.choose_actions("boltzmann", logits, rng, 0.05)
+
+
+def test_episode_quotas_are_balanced():
+    assert ev.episode_quotas(50, 16).tolist() == [4, 4] + [3] * 14
+    assert ev.episode_quotas(5, 16).tolist() == [1] * 5  # never more environments than episodes
+    for episodes, envs in ((1, 1), (7, 3), (100, 7), (16, 16)):
+        q = ev.episode_quotas(episodes, envs)
+        assert q.sum() == episodes and q.max() - q.min() <= 1
+
+
+def test_format_table():
+    result = {"score": ev.summarize([20, 21, 19]), "length_steps": ev.summarize([800, 900, 1000])}
+    lines = ev.format_table(result).splitlines()
+    assert lines[0].split() == ["mean", "std", "median", "min", "max"]
+    assert lines[1].split()[:2] == ["score", "20.00"] and lines[2].startswith("length (agent steps)")
+
+
+def test_bad_paths_exit_2_with_one_line(tmp_path, capsys):
+    assert ev.main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such file or directory" in err[0]
+    (tmp_path / "checkpoints").mkdir()
+    assert ev.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no valid checkpoint" in err[0]
+    (tmp_path / "ckpt-0000000001.npz").write_bytes(b"not a checkpoint")
+    assert ev.main([str(tmp_path / "ckpt-0000000001.npz")]) == 2
+    assert "checksum file is missing" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- published scores and the table
+
+def test_published_scores_file():
+    cmp = load_compare()
+    pub = cmp.load_published(cmp.DEFAULT_PUBLISHED)
+    gorila = {g for g, s in pub.items() if "gorila" in s}
+    assert len(gorila) == 49
+    assert all({"human", "random"} <= set(pub[g]) for g in gorila)
+    paper = {g: s["ba3c_paper"].score for g, s in pub.items() if "ba3c_paper" in s}
+    assert paper == {"beam_rider": 14900, "boxing": 98, "breakout": 350, "pong": 20, "seaquest": 1832,
+                     "space_invaders": 650}
+    assert pub["pong"]["gorila"].score == 16.7 and pub["breakout"]["gorila"].score == 313.0
+    assert pub["pong"]["human"].score == 9.3 and pub["pong"]["random"].score == -20.7
+    from ale_py import roms
+
+    assert set(pub) <= set(roms.get_all_rom_ids()), "game names must be ALE ROM ids, as in our eval JSONs"
+    with open(cmp.DEFAULT_PUBLISHED, newline="") as fh:
+        assert all(r["citation"] and r["protocol"] for r in csv.DictReader(fh))
+    assert cmp.EVAL_SCHEMA == ev.SCHEMA
+
+
+def fake_eval(game: str, policy: str, mean: float, frames: int, date: str, **kw) -> dict:
+    return {"schema": ev.SCHEMA, "game": game, "policy": policy, "epsilon": 0.05 if policy == "egreedy" else None,
+            "episodes": 50, "score": {"mean": mean, "std": 1.5}, "frames": frames, "date": date,
+            "train_wall_s": 7200.0, "core_hours": 48.0, "protocol": {"max_episode_frames": 108_000}, **kw}
+
+
+def test_table_from_synthetic_evals(tmp_path):
+    cmp = load_compare()
+    runs = tmp_path / "runs"
+    for name, data in {
+        "pong-a/eval-greedy.json": fake_eval("pong", "greedy", 15.0, 1_000_000, "2026-11-01"),
+        "pong-b/eval-greedy.json": fake_eval("pong", "greedy", 18.0, 2_000_000, "2026-11-02"),  # more frames: shown
+        "breakout/eval-egreedy.json": fake_eval("breakout", "egreedy", 120.0, 5_000_000, "2026-11-03"),
+        "CartPole/eval-greedy.json": fake_eval("CartPole-v1", "greedy", 500.0, 3_000, "2026-11-03"),
+        "pong-b/config.json": {"sim": {"env": "pong"}},  # not an evaluation: ignored
+    }.items():
+        (runs / name).parent.mkdir(parents=True, exist_ok=True)
+        (runs / name).write_text(json.dumps(data))
+    (runs / "pong-a" / "broken.json").write_text("{half")
+    rows = cmp.build_rows(cmp.find_evals([runs]), cmp.load_published(cmp.DEFAULT_PUBLISHED))
+    assert [(r.game, r.policy) for r in rows] == [("CartPole-v1", "greedy"), ("breakout", "egreedy 0.05"),
+                                                  ("pong", "greedy")]
+    cart, breakout, pong = rows
+    assert pong.mean == 18.0 and pong.frames == 2_000_000 and pong.path.endswith("pong-b/eval-greedy.json")
+    assert pong.published == {"ba3c_paper": 20.0, "gorila": 16.7, "human": 9.3, "random": -20.7}
+    assert breakout.published["ba3c_paper"] == 350.0 and breakout.published["gorila"] == 313.0
+    assert cart.published == {}
+    assert cmp.human_normalized(9.3, 9.3, -20.7) == pytest.approx(100.0)
+
+    out = tmp_path / "out"
+    assert cmp.main([str(runs), "--out", str(out)]) == 0
+    md = (out / "SCORES.md").read_text()
+    pong_line = next(line for line in md.splitlines() if line.startswith("| Pong |"))
+    cells = [c.strip() for c in pong_line.strip("|").split("|")]
+    assert cells[:5] == ["Pong", "18.0 ± 1.5", "greedy", "50", "2.0M"]
+    assert cells[7:11] == ["20.0", "16.7", "9.3", "-20.7"]
+    assert "| Breakout | 120.0 ± 1.5 | egreedy 0.05 |" in md
+    assert "arXiv:1507.04296" in md and "arXiv:1801.02852" in md and "Nature" in md
+    assert (out / "scores.png").stat().st_size > 5000
+    assert cmp.main([str(tmp_path / "empty-nothing")]) == 2
+
+
+# ---------------------------------------------------------------- end to end
+
+def test_cartpole_train_then_evaluate(tmp_path):
+    run = tmp_path / "cp"
+    run_train(["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20",
+               "--total-frames", "3000", "--run-dir", str(run)], timeout=240)
+    p = run_evaluate([str(run), "--episodes", "5", "--num-envs", "3", "--record", str(tmp_path / "cp.gif")])
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "needs image observations" in p.stderr and not (tmp_path / "cp.gif").exists()
+    data = json.loads((run / "eval-greedy.json").read_text())
+    assert data["schema"] == ev.SCHEMA and data["game"] == "CartPole-v1" and data["policy"] == "greedy"
+    assert data["episodes"] == 5 == len(data["scores"]) == data["score"]["n"]
+    assert data["scores"] == [float(x) for x in data["lengths_steps"]]  # +1 per step: no reset step is counted
+    assert data["score"]["mean"] == pytest.approx(np.mean(data["scores"]))
+    assert data["frames"] >= 3000 and data["updates"] > 0 and data["checkpoint"].endswith(".npz")
+    assert data["protocol"]["parallel_envs"] == 3 and "greedy" in data["protocol"]["policy"]
+    assert "score" in p.stdout and "wrote" in p.stdout
+
+
+def test_pong_evaluate_records_gif(tmp_path):
+    run = tmp_path / "pong"
+    run_train(["--env", "pong", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "32",
+               "--total-frames", "2000", "--run-dir", str(run)], timeout=240)
+    ckpts = sorted((run / "checkpoints").glob("ckpt-*.npz"))
+    gif, out = tmp_path / "pong.gif", tmp_path / "pong-eval.json"
+    p = run_evaluate([str(ckpts[-1]), "--episodes", "1", "--max-episode-frames", "2000", "--policy", "egreedy",
+                      "--record", str(gif), "--json", str(out)])
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["game"] == "pong" and data["episodes"] == 1 and data["epsilon"] == 0.05
+    # 2000 frames / frameskip 4: the capped episode lasts exactly 500 agent steps
+    assert data["lengths_steps"] == [500] and data["truncated_episodes"] == 1
+    assert -21 <= data["scores"][0] <= 21 and data["run_dir"] == str(run)
+    assert data["protocol"]["max_episode_frames"] == 2000
+    from PIL import Image
+
+    with Image.open(gif) as im:
+        assert im.n_frames > 50 and im.size == (168, 168)
+    assert data["recording"]["frames"] == 501  # the start frame and one per step
