@@ -76,6 +76,10 @@ class RunConfig:
     preset: str = _f("default", "optimizer preset: default (tuned here) or paper (arXiv 1801.02852)", choices=("default", "paper"))
     max_minutes: float = _f(0.0, "stop cleanly (checkpoint, exit 0) after this many minutes of training (0: no limit)")
     hang_timeout_min: float = _f(10.0, "abort the job if no update completes for this many minutes (a lost or stuck rank)")
+    eval_every_frames: int = _f(0, "evaluate on rank 0 every this many frames, in a background thread (0: off)")
+    eval_episodes: int = _f(10, "episodes per periodic evaluation")
+    eval_policy: str = _f("greedy", "periodic evaluation policy: greedy (paper), sampled, egreedy (0.05, DQN/Gorila)",
+                          choices=("greedy", "sampled", "egreedy"))
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
@@ -157,12 +161,12 @@ def validate(cfg: Config) -> None:
                     n_step=l.n_step, train_batch=l.train_batch, lr=l.lr, lr_ref_batch=l.lr_ref_batch,
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
                     checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min, keep_checkpoints=r.keep_checkpoints,
-                    queue_batches=r.queue_batches, stats_interval_updates=r.stats_interval_updates,
+                    queue_batches=r.queue_batches, eval_episodes=r.eval_episodes, stats_interval_updates=r.stats_interval_updates,
                     adam_eps=l.adam_eps)
     for name, v in positive.items():
         if v <= 0:
             raise ConfigError(f"{_flag(name)}: must be > 0, got {v}")
-    nonneg = dict(max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
+    nonneg = dict(eval_every_frames=r.eval_every_frames, max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
                   value_coef=l.value_coef, warmup_updates=l.warmup_updates,
                   intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads)
     for name, v in nonneg.items():

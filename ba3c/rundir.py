@@ -9,8 +9,11 @@ import os
 import platform
 import socket
 import subprocess
+import threading
 from typing import Any
 
+EVAL_FIELDS = ["time_s", "frames", "updates", "policy", "episodes", "score_mean", "score_std", "score_median",
+               "score_min", "score_max", "length_mean"]
 PROGRESS_FIELDS = ["time_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
                    "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",
                    "entropy", "grad_norm", "lr"]
@@ -65,6 +68,7 @@ class RunWriter:
             self._writer.writeheader()
         self._tb = tf.summary.create_file_writer(os.path.join(run_dir, "tb"))
         self._tf = tf
+        self._lock = threading.Lock()  # the evaluation thread writes too
 
     def _truncate_csv(self, keep_upto_updates: int) -> None:
         """Drop rows logged after the checkpoint we resume from: they will be trained again."""
@@ -89,14 +93,32 @@ class RunWriter:
         os.replace(tmp, path)
 
     def log(self, row: dict[str, Any], scalars: dict[str, float], step: int) -> None:
-        self._writer.writerow(row)
-        self._csv.flush()
+        with self._lock:
+            self._writer.writerow(row)
+            self._csv.flush()
+            self._scalars(scalars, step)
+
+    def _scalars(self, scalars: dict[str, float], step: int) -> None:
         with self._tb.as_default(step=step):
             for k, v in scalars.items():
                 self._tf.summary.scalar(k, v)
 
+    def log_eval(self, row: dict[str, Any], step: int) -> None:
+        """One periodic evaluation: a row of eval.csv and eval/* scalars in TensorBoard."""
+        path = os.path.join(self.run_dir, "eval.csv")
+        with self._lock:
+            new = not os.path.exists(path)
+            with open(path, "a", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=EVAL_FIELDS, extrasaction="ignore")
+                if new:
+                    w.writeheader()
+                w.writerow(row)
+            self._scalars({f"eval/{k}": float(row[k]) for k in ("score_mean", "score_std", "score_median",
+                                                                "score_min", "score_max")}, step)
+
     def close(self) -> None:
-        self._csv.close()
+        with self._lock:
+            self._csv.close()
         self._tb.flush()
         self._tb.close()
 

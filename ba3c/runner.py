@@ -122,6 +122,48 @@ class WatchdogThread(threading.Thread):
                 os._exit(70)
 
 
+class EvalThread(threading.Thread):
+    """Rank 0's periodic evaluation on a snapshot of the weights, beside training (never blocking it)."""
+
+    def __init__(self, model_kind: str, spec: EnvSpec, cfg: Config, writer, obs_shape, num_actions: int) -> None:
+        super().__init__(name="EvalThread", daemon=True)
+        from ba3c.model import build_model
+
+        self.model = build_model(model_kind, obs_shape, num_actions, seed=cfg.sim.seed)
+        self.spec, self.cfg, self.writer = spec, cfg, writer
+        self.jobs: "queue.Queue[tuple[list[np.ndarray], int, int, float] | None]" = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+
+    def submit(self, weights: list[np.ndarray], frames: int, updates: int, time_s: float) -> bool:
+        try:
+            self.jobs.put_nowait((weights, frames, updates, time_s))
+            return True
+        except queue.Full:  # the previous evaluation is still running: skip this one
+            return False
+
+    def run(self) -> None:
+        from ba3c.evaluate import evaluate_model
+
+        r = self.cfg.run
+        while (job := self.jobs.get()) is not None:
+            weights, frames, updates, time_s = job
+            try:
+                self.model.set_weights(weights)
+                res = evaluate_model(self.model, self.spec, r.eval_episodes, r.eval_policy,
+                                     num_envs=min(r.eval_episodes, 16), max_episode_frames=self.cfg.sim.max_episode_frames,
+                                     seed=10_000 + updates, num_threads=1)
+                sc = res["score"]
+                self.writer.log_eval({"time_s": round(time_s, 2), "frames": frames, "updates": updates,
+                                      "policy": r.eval_policy, "episodes": res["episodes"],
+                                      "score_mean": sc["mean"], "score_std": sc["std"], "score_median": sc["median"],
+                                      "score_min": sc["min"], "score_max": sc["max"],
+                                      "length_mean": res["length_steps"]["mean"]}, frames)
+                print(f"ba3c: eval at {frames:,} frames: {r.eval_policy} score {sc['mean']:.2f} +- {sc['std']:.2f} "
+                      f"over {res['episodes']} episodes", flush=True)
+            except BaseException as e:  # reported, never fatal to training
+                print(f"ba3c: WARNING: evaluation failed: {e}", file=sys.stderr, flush=True)
+
+
 class SignalFlag:
     """SIGTERM / SIGINT / SIGUSR1 ask for a checkpoint and a clean stop; a second SIGINT exits at once."""
 
@@ -247,6 +289,11 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
         path = ckpt.save(ckpt_dir, updates, learner.state_arrays(), meta_c, r.keep_checkpoints)
         print(f"ba3c: checkpoint {path}", flush=True)
 
+    evaluator = None
+    next_eval = (frames_at(start_updates) // r.eval_every_frames + 1) * r.eval_every_frames if r.eval_every_frames else 0
+    if dist.is_root and r.eval_every_frames:
+        evaluator = EvalThread(model_kind, spec, cfg, writer, sim.obs_shape, sim.num_actions)
+        evaluator.start()
     watchdog = WatchdogThread(r.hang_timeout_min * 60, rank)
     sim_thread.start()
     watchdog.start()
@@ -315,6 +362,10 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                         scalars[f"time/{k}"] = v
                     writer.log(row, scalars, frames_at(updates))
                     last_log_t, last_log_updates = now, updates
+                if evaluator is not None and frames_at(updates) >= next_eval:
+                    evaluator.submit([np.array(w) for w in model.get_weights()], frames_at(updates), updates,
+                                     prior_time + now - t_start)
+                    next_eval += r.eval_every_frames
                 if now - last_ckpt_t >= r.checkpoint_interval_min * 60 and not stop:
                     save_checkpoint()
                     last_ckpt_t = now
@@ -329,6 +380,9 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
         sim_thread.join(timeout=10)
         sim.close()
         flag.restore()
+    if evaluator is not None:  # let a running evaluation finish and be logged
+        evaluator.jobs.put(None)
+        evaluator.join()
     if dist.is_root:
         assert writer is not None
         save_checkpoint()

@@ -25,8 +25,14 @@ def test_cartpole_learns(tmp_path):
     t0 = time.time()
     run_train(["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40",
                "--lr", "1e-3", "--lr-scaling", "none", "--total-frames", "150000", "--run-dir", str(run),
-               "--log-interval-s", "1"], timeout=300)
+               "--log-interval-s", "1", "--eval-every-frames", "50000", "--eval-episodes", "3"], timeout=300)
     r = rows(run)
+    with open(run / "eval.csv", newline="") as fh:
+        evals = list(csv.DictReader(fh))
+    # periodic greedy evaluation, at the first sync point (every 20 updates = 800 frames) past each multiple
+    assert [int(e["frames"]) // 50000 for e in evals] == [1, 2, 3]
+    assert all(int(e["frames"]) % 50000 < 800 for e in evals)
+    assert all(int(e["episodes"]) == 3 and float(e["score_mean"]) >= 8 for e in evals)
     best = max(float(x["return_mean20"]) for x in r if x["return_mean20"])
     assert best >= 150, f"CartPole did not learn: best mean-20 return {best}"
     assert time.time() - t0 < 180
