@@ -16,7 +16,9 @@ EVAL_FIELDS = ["time_s", "frames", "updates", "policy", "episodes", "score_mean"
                "score_min", "score_max", "length_mean"]
 PROGRESS_FIELDS = ["time_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
                    "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",
-                   "entropy", "grad_norm", "lr"]
+                   "entropy", "grad_norm", "lr",
+                   # rank 0's cumulative seconds per stage (differences between rows give a window's split)
+                   "t_env", "t_predict", "t_experience", "t_queue_put_wait", "t_queue_wait", "t_train", "t_allreduce"]
 
 
 def now_iso() -> str:

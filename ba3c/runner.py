@@ -356,10 +356,9 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                                "losses/entropy": last_stats.entropy, "losses/grad_norm": last_stats.grad_norm}
                     if rets:
                         scalars["charts/episode_return"] = mean
-                    for k, v in gathered[0][2].items():
+                    for k, v in {**gathered[0][2], **gathered[0][3]}.items():
                         scalars[f"time/{k}"] = v
-                    for k, v in gathered[0][3].items():
-                        scalars[f"time/{k}"] = v
+                        row[f"t_{k}"] = round(v, 3)
                     writer.log(row, scalars, frames_at(updates))
                     last_log_t, last_log_updates = now, updates
                 if evaluator is not None and frames_at(updates) >= next_eval:

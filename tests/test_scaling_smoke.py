@@ -1,0 +1,30 @@
+"""`benchmarks/scaling.py --quick` end to end (no speed assertions: numbers here are noisy)."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+from conftest import ROOT, subprocess_env
+
+
+def test_scaling_quick(tmp_path):
+    p = subprocess.run([sys.executable, "benchmarks/scaling.py", "--quick", "--overlap-ranks", "", "--out", str(tmp_path)],
+                       cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads((tmp_path / "scaling.json").read_text())
+    measured = {(m["ranks"], m["layout"]): m for m in res["measured"]}
+    assert {(1, "core"), (2, "core")} <= set(measured)
+    for m in measured.values():
+        assert m["frames_per_s"] > 0 and math.isfinite(m["efficiency"]), m
+        assert m["ms_per_update_rank0"]["train"] > 0  # the trainer's own stage timers came back
+    assert measured[(1, "core")]["efficiency"] == 1.0
+    assert res["allreduce"] and res["allreduce"][0]["ranks"] == 2
+    assert {r["backend"] for r in res["allreduce"][0]["rows"]} == {"horovod", "mpi"}
+    assert res["fit"]["modelled"] and res["fit"]["allreduce"]["horovod"]["bandwidth_bytes_per_s"] > 0
+    proj = res["projection"]
+    assert all(p["modelled"] for p in proj)
+    assert any(p["nodes"] == 64 and p["global_batch"] == 2048 for p in proj)
+    assert (tmp_path / "scaling.png").stat().st_size > 5000
+    assert "PROJECTED 64 nodes" in p.stdout
