@@ -189,22 +189,64 @@ def predict_efficiency(r: int, t_compute: float, fit: dict[str, float]) -> float
     return t_compute / (t_compute + t_allreduce(r, 4 * MODEL_FLOATS, fit))
 
 
-def project(per_core_steps: float, node_cores: int, overhead_s: float, batches: list[int]) -> list[dict[str, Any]]:
-    """Frames/s and efficiency for N nodes (one fat rank each) on the stated networks. Modelled."""
+def measure_models(seconds: float) -> dict[str, Any]:
+    """Train-step samples/s of each network at batch 32 on one thread, in this process (for the projection)."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    from ba3c.config import LearnConfig
+    from ba3c.dist import Dist
+    from ba3c.experience import TrainBatch
+    from ba3c.learner import Learner
+    from ba3c.model import build_model
+
+    rng = np.random.default_rng(0)
+    b = TrainBatch(rng.integers(0, 255, (32, 4, 84, 84), dtype=np.uint8), rng.integers(0, 6, 32).astype(np.int32),
+                   rng.normal(size=32).astype(np.float32), rng.normal(size=32).astype(np.float32), 32)
+    out: dict[str, Any] = {}
+    for kind in ("nature", "paper"):
+        model = build_model(kind, (4, 84, 84), 6, seed=0)
+        learner = Learner(model, LearnConfig(), Dist(), 1e-4, 0)
+        learner.train(b)  # trace
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            learner.train(b)
+            n += 1
+        out[kind] = {"params": int(model.count_params()), "train_samples_per_s_1thread": 32 * n / (time.perf_counter() - t0)}
+    return out
+
+
+def project(per_core_steps: float, node_cores: int, overhead_s: float, batches: list[int],
+            models: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Frames/s and efficiency for N nodes (one fat rank each) on the stated networks. Modelled.
+
+    Per-node compute time for a batch b: b / (per-core pipeline rate x cores). For the paper's
+    network the measured Nature-CNN pipeline rate is scaled by the measured ratio of the two
+    networks' train-step rates (training dominates the pipeline). `sync`: exchange added to the
+    update; `overlap` (--exchange overlap): the exchange runs beside the next update's compute,
+    t = max(compute, exchange), an idealisation.
+    """
     node_steps = per_core_steps * node_cores  # assumes linear scaling inside a node (stated, not measured)
+    nets = {"nature": (node_steps, MODEL_FLOATS)}
+    if models and "paper" in models:
+        ratio = models["paper"]["train_samples_per_s_1thread"] / models["nature"]["train_samples_per_s_1thread"]
+        nets["paper"] = (node_steps * ratio, models["paper"]["params"])
     out = []
     for name, (bw, lat) in NETWORKS.items():
         fit = {"overhead_s": overhead_s, "bandwidth_bytes_per_s": bw, "latency_s": lat}
-        for b in batches:
-            for n in (1, 2, 4, 8, 16, 32, 64, 128):
-                if b * n > 4096:
-                    continue
-                tc = b / node_steps
-                ta = t_allreduce(n, 4 * MODEL_FLOATS, fit)
-                out.append({"network": name, "nodes": n, "per_rank_batch": b, "global_batch": b * n,
-                            "frames_per_s": 4 * n * b / (tc + ta), "efficiency": tc / (tc + ta),
-                            "allreduce_share": ta / (tc + ta), "t_compute_ms": 1000 * tc, "t_allreduce_ms": 1000 * ta,
-                            "modelled": True})
+        for model, (steps, floats) in nets.items():
+            for b in batches:
+                for n in (1, 2, 4, 8, 16, 32, 64, 128):
+                    if b * n > 4096:
+                        continue
+                    tc = b / steps
+                    ta = t_allreduce(n, 4 * floats, fit)
+                    for exchange, t in (("sync", tc + ta), ("overlap", max(tc, ta))):
+                        out.append({"network": name, "model": model, "exchange": exchange, "nodes": n,
+                                    "per_rank_batch": b, "global_batch": b * n, "frames_per_s": 4 * n * b / t,
+                                    "efficiency": tc / t, "allreduce_share": ta / (tc + ta),
+                                    "t_compute_ms": 1000 * tc, "t_allreduce_ms": 1000 * ta, "modelled": True})
     return out
 
 
@@ -235,10 +277,12 @@ def plot(result: dict[str, Any], path: str) -> None:
             ax2.plot([p["ranks"] for p in pred], [p["efficiency"] for p in pred], "x--",
                      label="modelled (fit), this box")
     for name in NETWORKS:
-        pts = [p for p in result.get("projection", []) if p["network"] == name and p["per_rank_batch"] == 32]
-        if pts:
-            ax2.plot([p["nodes"] for p in pts], [p["efficiency"] for p in pts], "--", alpha=0.7,
-                     label=f"PROJECTED {name}, 32/node (global {32 * 64} at 64)")
+        for model in ("nature", "paper"):
+            pts = [p for p in result.get("projection", []) if p["network"] == name and p["per_rank_batch"] == 32
+                   and p["model"] == model and p["exchange"] == "sync"]
+            if pts:
+                ax2.plot([p["nodes"] for p in pts], [p["efficiency"] for p in pts], "--", alpha=0.7,
+                         label=f"PROJECTED {name}, {model} net, 32/node (2048 at 64)")
     ax1.set_xscale("log", base=2); ax2.set_xscale("log", base=2)
     ax1.set_xlabel("ranks (measured)"); ax1.set_ylabel("frames/s, all ranks")
     ax2.set_xlabel("ranks / nodes"); ax2.set_ylabel("weak-scaling efficiency"); ax2.set_ylim(0, 1.1)
@@ -306,7 +350,7 @@ def analyze(result: dict[str, Any], node_cores: int, fit_from: str) -> None:
             "networks": {k: {"bandwidth_bytes_per_s": v[0], "latency_s": v[1]} for k, v in NETWORKS.items()},
             "assumptions": "linear scaling inside a node; allreduce not overlapped with compute (sync exchange); "
                            "Horovod software overhead per allreduce as fitted on this machine"}
-        result["projection"] = project(per_core_steps, node_cores, hfit["overhead_s"], [32, 64])
+        result["projection"] = project(per_core_steps, node_cores, hfit["overhead_s"], [32, 64], result.get("models"))
     if fit_from and os.path.exists(fit_from):
         with open(fit_from) as fh:
             other = json.load(fh)
@@ -337,9 +381,9 @@ def report(result: dict[str, Any]) -> None:
                   f"bandwidth {f['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s (modelled from {f['points']} points)")
     for pr in result.get("projection", []):
         if pr["nodes"] == 64 and pr["per_rank_batch"] == 32:
-            print(f"PROJECTED 64 nodes x {result['projection_node']['cores']} cores, {pr['network']}, global batch 2048: "
-                  f"{pr['frames_per_s']:,.0f} frames/s, efficiency {pr['efficiency']:.2f}, "
-                  f"allreduce share {pr['allreduce_share']:.1%}")
+            print(f"PROJECTED 64 nodes x {result['projection_node']['cores']} cores, {pr['network']}, {pr['model']} net, "
+                  f"{pr['exchange']} exchange, global batch 2048: {pr['frames_per_s']:,.0f} frames/s, "
+                  f"efficiency {pr['efficiency']:.2f}, allreduce share {pr['allreduce_share']:.1%}")
     for pt in (result.get("prediction_from") or {}).get("points", []):
         print(f"model from {result['prediction_from']['file']}: {pt['ranks']} ranks predicted {pt['predicted']:.2f}, "
               f"measured {pt['measured']:.2f} (error {pt['error']:+.2f})")
@@ -393,6 +437,9 @@ def main() -> int:
                 json.dump(result, fh, indent=1)
 
         measure(args, ranks, result, save)
+        print("scaling: train-step rate of each network (for the projection) ...", flush=True)
+        result["models"] = measure_models(3.0 if args.quick else 8.0)
+        save()
     analyze(result, args.node_cores, args.fit_from)
     with open(json_path, "w") as fh:
         json.dump(result, fh, indent=1)
