@@ -29,8 +29,8 @@ def build_model(kind: str, obs_shape: tuple[int, ...], num_actions: int, seed: i
             x = layers.Dense(512, **relu)(layers.Flatten()(x))
         else:  # the paper's network (authors' code): 5x5 convs with max-pooling, 128-unit linear layer
             for ch, k in ((32, 5), (32, 5), (64, 5)):
-                x = layers.MaxPooling2D(2)(layers.Conv2D(ch, k, padding="same", **relu)(x))
-            x = layers.Conv2D(64, 3, padding="same", **relu)(x)
+                x = layers.MaxPooling2D(2)(layers.Conv2D(ch, k, **relu)(x))  # valid padding: 84-80-40-36-18-14-7
+            x = layers.Conv2D(64, 3, **relu)(x)  # -> 5x5x64
             x = layers.Dense(128, **relu)(layers.Flatten()(x))
     elif kind == "mlp":
         x = layers.Flatten()(inp)
