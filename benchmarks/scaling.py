@@ -67,7 +67,9 @@ def env() -> dict[str, str]:
     return e
 
 
-def mpirun_prefix(r: int, threads: int, cores: int) -> tuple[list[str], bool]:
+def mpirun_prefix(r: int, threads: int, cores: int, layout: str = "core") -> tuple[list[str], bool]:
+    if layout == "node":  # a cluster allocation: one rank per node, bound to that node's cores
+        return ["mpirun", "-np", str(r), "--map-by", f"ppr:1:node:PE={threads}", "--bind-to", "core"], False
     over = r * threads > cores
     cmd = ["mpirun", "-np", str(r)]
     if over:
@@ -88,7 +90,7 @@ def run_trainer(r: int, threads: int, layout: str, seconds: float, warmup: float
                 exchange: str = "sync") -> dict[str, Any]:
     cores = os.cpu_count() or 1
     run_dir = tempfile.mkdtemp(prefix=f"ba3c-scale-{layout}{r}-")
-    pre, over = mpirun_prefix(r, threads, cores)
+    pre, over = mpirun_prefix(r, threads, cores, layout)
     cmd = pre + [sys.executable, "-m", "ba3c.train", "--env", args.env, "--total-frames", "1000000000",
                  "--run-dir", run_dir, "--num-envs", str(args.num_envs), "--predict-batch", str(args.predict_batch),
                  "--train-batch", str(args.train_batch), "--env-threads", str(threads),
@@ -145,11 +147,11 @@ def run_trainer(r: int, threads: int, layout: str, seconds: float, warmup: float
     return out
 
 
-def probe_allreduce(r: int, reps: int) -> dict[str, Any]:
+def probe_allreduce(r: int, reps: int, layout: str) -> dict[str, Any]:
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     cores = os.cpu_count() or 1
-    pre, _ = mpirun_prefix(r, 1, cores)
+    pre, _ = mpirun_prefix(r, 1, cores, "node" if layout == "node" else "core")
     cmd = pre + [sys.executable, os.path.join(ROOT, "benchmarks", "allreduce_probe.py"), path, "--reps", str(reps)]
     p = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
@@ -302,12 +304,12 @@ def measure(args: argparse.Namespace, ranks: list[int], result: dict[str, Any], 
     plan = []
     for r in ranks:
         for layout in layouts:
-            threads = 1 if layout == "core" else max(cores // r, 1)
+            threads = {"core": 1, "fat": max(cores // r, 1), "node": cores}[layout]
             if layout == "fat" and (threads == 1 or (r > 1 and r not in args.fat_ranks_list)):
                 continue  # one thread each is the core layout
             plan.append((r, threads, layout, "sync"))
-        if r in overlap:
-            plan.append((r, 1, "core", "overlap"))
+        if r in overlap and r > 1:
+            plan.append((r, cores if layouts == ["node"] else 1, layouts[0] if layouts == ["node"] else "core", "overlap"))
     for r, threads, layout, exchange in plan:
         print(f"scaling: {r} rank(s), {layout} layout, {threads} thread(s) each, exchange {exchange} ...", flush=True)
         m = run_trainer(r, threads, layout, args.seconds, args.warmup, args, exchange)
@@ -317,7 +319,7 @@ def measure(args: argparse.Namespace, ranks: list[int], result: dict[str, Any], 
         save()
     for r in [r for r in ranks if r >= 2 and r in args.sweep_ranks_list]:
         print(f"scaling: allreduce sweep at {r} ranks ...", flush=True)
-        result["allreduce"].append(probe_allreduce(r, args.reps))
+        result["allreduce"].append(probe_allreduce(r, args.reps, "node" if layouts == ["node"] else "core"))
         save()
 
 
@@ -330,7 +332,7 @@ def analyze(result: dict[str, Any], node_cores: int, fit_from: str) -> None:
     for m in measured:
         base = base_of(m["layout"])
         if base and "frames_per_s" in m:
-            scale = m["ranks"] if m["layout"] == "core" else 1  # fat: the same cores for every r
+            scale = 1 if m["layout"] == "fat" else m["ranks"]  # fat: the same cores for every r
             m["efficiency"] = m["frames_per_s"] / (scale * base["frames_per_s"])
     fits = {b: fit_allreduce(result["allreduce"], b) for b in ("horovod", "mpi")}
     result["fit"] = {"allreduce": fits, "modelled": True}
@@ -393,7 +395,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="ranks 1 and 2, short windows (smoke test, ~2 min)")
     p.add_argument("--ranks", default="", help="comma list (default: 1,2,4,... up to the core count)")
-    p.add_argument("--layouts", default="core,fat")
+    p.add_argument("--layouts", default="core,fat",
+                   help="core (1 thread per rank), fat (cores/r threads per rank), node (cluster: one rank per node, all its cores)")
     p.add_argument("--fat-ranks", default="1,2,4,8", help="rank counts measured in the fat layout")
     p.add_argument("--overlap-ranks", default="2,4,8,16",
                    help="rank counts also measured with --exchange overlap (core layout); '' for none")
@@ -410,7 +413,8 @@ def main() -> int:
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--name", default="scaling", help="output file stem")
     p.add_argument("--fit-from", default="", help="a scaling.json whose fitted model predicts this machine (error reported)")
-    p.add_argument("--analyze-only", default="", help="re-analyse and re-plot a saved JSON instead of measuring")
+    p.add_argument("--analyze-only", default="",
+                   help="re-analyse and re-plot saved JSON instead of measuring (comma list: merged, e.g. one per cluster job)")
     args = p.parse_args()
     args.fat_ranks_list = [int(x) for x in args.fat_ranks.split(",") if x]
     args.sweep_ranks_list = [int(x) for x in args.sweep_ranks.split(",") if x]
@@ -423,9 +427,16 @@ def main() -> int:
         ranks = [r for r in (1, 2, 4, 8, 16, 32, 64) if r <= cores]
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, f"{args.name}.json")
-    if args.analyze_only:
-        with open(args.analyze_only) as fh:
+    if args.analyze_only:  # one file, or several (e.g. one per cluster job) merged
+        files = args.analyze_only.split(",")
+        with open(files[0]) as fh:
             result = json.load(fh)
+        for extra in files[1:]:
+            with open(extra) as fh:
+                more = json.load(fh)
+            result["measured"] += more["measured"]
+            result["allreduce"] += more["allreduce"]
+        result["measured"].sort(key=lambda m: (m["layout"], m["ranks"]))
     else:
         result = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                   "config": {k: getattr(args, k) for k in ("env", "num_envs", "predict_batch", "train_batch",
