@@ -1,11 +1,14 @@
-"""Train until the mean return of the last 20 episodes reaches a target; record when it did.
+"""Train until the score reaches a target; record when it did.
 
     python benchmarks/time_to_score.py --env pong --target 18 [--max-hours 3] [-- extra ba3c.train flags]
 
-Runs `python -m ba3c.train` as a child process, follows its progress.csv, and stops it
-(SIGTERM: it checkpoints first) once `return_mean20` >= target or the time budget is spent.
-Writes benchmarks/results/time_to_score-GAME.json and a PNG curve. The return used is the
-training-time return of the sampled policy (reported as such), not a separate greedy evaluation.
+Runs `python -m ba3c.train` as a child process and follows its CSVs. `--criterion eval`
+(default): the trainer evaluates the greedy policy every `--eval-every-frames` (the paper's
+protocol, `--eval-episodes` episodes, eval.csv) and the target is met when an evaluation mean
+reaches it. `--criterion train20`: the mean training return of the last 20 episodes (sampled
+policy, progress.csv). The child is stopped with SIGTERM (it checkpoints first) at the target or
+when the time budget is spent. Writes benchmarks/results/time_to_score-GAME.json, the curve PNG
+and the run's config.
 """
 from __future__ import annotations
 
@@ -31,9 +34,9 @@ def read_rows(path: str) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def first_reach(rows: list[dict[str, str]], target: float) -> dict[str, str] | None:
+def first_reach(rows: list[dict[str, str]], target: float, column: str) -> dict[str, str] | None:
     for r in rows:
-        if r.get("return_mean20") and float(r["return_mean20"]) >= target:
+        if r.get(column) and float(r[column]) >= target:
             return r
     return None
 
@@ -47,6 +50,10 @@ def main() -> int:
     p.add_argument("--run-dir", default="")
     p.add_argument("--out-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     p.add_argument("--nice", type=int, default=0, help="run the trainer at this niceness")
+    p.add_argument("--criterion", choices=("eval", "train20"), default="eval",
+                   help="eval: greedy evaluation mean (paper); train20: training return, last 20 episodes")
+    p.add_argument("--eval-every-frames", type=int, default=500_000)
+    p.add_argument("--eval-episodes", type=int, default=10)
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
     game = args.env.lower()
@@ -56,17 +63,20 @@ def main() -> int:
     run_dir = args.run_dir or os.path.join("runs", f"tts-{game}-{time.strftime('%Y%m%d-%H%M%S')}")
     cmd = [sys.executable, "-m", "ba3c.train", "--env", args.env, "--total-frames", str(args.total_frames),
            "--run-dir", run_dir, *extra]
+    if args.criterion == "eval":
+        cmd += ["--eval-every-frames", str(args.eval_every_frames), "--eval-episodes", str(args.eval_episodes)]
+    watched, column = (("eval.csv", "score_mean") if args.criterion == "eval" else ("progress.csv", "return_mean20"))
     if args.nice:
         cmd = ["nice", "-n", str(args.nice), *cmd]
     print("time_to_score:", " ".join(cmd), flush=True)
     t0 = time.time()
     child = subprocess.Popen(cmd)
-    progress = os.path.join(run_dir, "progress.csv")
+    watched_path = os.path.join(run_dir, watched)
     hit = None
     try:
         while child.poll() is None:
-            time.sleep(10)
-            hit = first_reach(read_rows(progress), target)
+            time.sleep(2)
+            hit = first_reach(read_rows(watched_path), target, column)
             if hit or time.time() - t0 > args.max_hours * 3600:
                 child.send_signal(signal.SIGTERM)
                 break
@@ -74,19 +84,24 @@ def main() -> int:
     except KeyboardInterrupt:
         child.send_signal(signal.SIGTERM)
         child.wait()
-    rows = read_rows(progress)
-    hit = first_reach(rows, target)
+    rows = read_rows(os.path.join(run_dir, "progress.csv"))
+    crit_rows = read_rows(watched_path)
+    hit = first_reach(crit_rows, target, column)
     last = rows[-1] if rows else {}
     cores = os.cpu_count() or 1
     wall_h = (time.time() - t0) / 3600
     result = {
         "env": game, "target": target, "reached": hit is not None,
-        "metric": "mean training return of the last 20 episodes (sampled policy)",
+        "metric": ("greedy evaluation mean" if args.criterion == "eval"
+                   else "mean training return of the last 20 episodes (sampled policy)"),
         "frames_to_target": int(hit["frames"]) if hit else None,
+        "updates_to_target": int(hit["updates"]) if hit else None,
         "wall_s_to_target": float(hit["time_s"]) if hit else None,
         "core_hours_to_target": float(hit["time_s"]) / 3600 * cores if hit else None,
         "frames_total": int(last.get("frames", 0) or 0), "wall_hours_total": round(wall_h, 3),
         "best_return_mean20": max((float(r["return_mean20"]) for r in rows if r.get("return_mean20")), default=None),
+        "best_criterion": max((float(r[column]) for r in crit_rows if r.get(column)), default=None),
+        "updates_total": int(last.get("updates", 0) or 0),
         "run_dir": run_dir, "command": cmd,
         "machine": {"cores": cores, "cpu": platform.processor() or platform.machine(), "host": platform.node()},
     }
