@@ -96,7 +96,7 @@ def run_trainer(r: int, threads: int, layout: str, seconds: float, warmup: float
                  "--train-batch", str(args.train_batch), "--env-threads", str(threads),
                  "--intra-op-threads", str(threads), "--inter-op-threads", "1", "--log-interval-s", "2",
                  "--stats-interval-updates", "5", "--checkpoint-interval-min", "1000", "--lr-scaling", "none",
-                 "--exchange", exchange]
+                 "--exchange", exchange, "--dist", args.dist]
     t0 = time.time()
     progress = os.path.join(run_dir, "progress.csv")
     log = open(os.path.join(run_dir, "stdout.log"), "w")
@@ -406,6 +406,7 @@ def main() -> int:
     p.add_argument("--startup", type=float, default=15.0, help="allowance for imports and model build per run")
     p.add_argument("--reps", type=int, default=20, help="allreduce repetitions per size")
     p.add_argument("--env", default="pong")
+    p.add_argument("--dist", default="auto", choices=("auto", "horovod", "mpi"), help="the trainer's --dist")
     p.add_argument("--num-envs", type=int, default=16)
     p.add_argument("--predict-batch", type=int, default=8)
     p.add_argument("--train-batch", type=int, default=32)
@@ -440,7 +441,7 @@ def main() -> int:
     else:
         result = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                   "config": {k: getattr(args, k) for k in ("env", "num_envs", "predict_batch", "train_batch",
-                                                            "seconds", "warmup")},
+                                                            "seconds", "warmup", "dist")},
                   "measured": [], "allreduce": []}
 
         def save() -> None:  # after every step, so an interrupted run keeps what it measured
