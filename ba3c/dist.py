@@ -55,6 +55,10 @@ class Dist:
     def gather(self, obj: Any) -> list[Any] | None:
         return [obj]
 
+    def broadcast_obj(self, obj: Any) -> Any:
+        """Rank 0's small Python object on every rank (exact, unlike the float32 array path)."""
+        return obj
+
     def any_true(self, flag: bool) -> bool:
         return flag
 
@@ -96,6 +100,9 @@ class MpiDist(Dist):
 
     def gather(self, obj: Any) -> list[Any] | None:
         return self.comm.gather(obj, root=0)
+
+    def broadcast_obj(self, obj: Any) -> Any:
+        return self.comm.bcast(obj, root=0)
 
     def any_true(self, flag: bool) -> bool:
         return bool(self.comm.allreduce(int(flag), op=self._MPI.MAX))

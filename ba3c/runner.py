@@ -215,7 +215,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
     learner = Learner(model, l, dist, lr, l.warmup_updates if lr > l.lr else 0)
 
     # ---- resume (rank 0 reads, everyone gets the state by broadcast)
-    start_updates, start_episodes, prior_time = 0, 0, 0.0
+    start_updates, start_episodes, start_frames, prior_time = 0, 0, 0, 0.0
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     meta_prev: dict[str, Any] = {}
     config_changes: dict[str, list[Any]] = {}
@@ -232,17 +232,19 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
             if config_changes:
                 print(f"ba3c: resume changes {', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in config_changes.items())}")
             start_updates, start_episodes = int(c.meta["updates"]), int(c.meta["episodes"])
+            start_frames = int(c.meta["frames"])
             prior_time = float(c.meta.get("time_s", 0.0))
             print(f"ba3c: resuming from {c.path} (update {start_updates:,}, "
                   f"{int(c.meta['frames']):,} frames; trained on {c.meta.get('world_size')} ranks, now {world})")
-    counters = dist.broadcast_arrays([np.array([start_updates, start_episodes, prior_time], np.float64)])[0]
-    start_updates, start_episodes, prior_time = int(counters[0]), int(counters[1]), float(counters[2])
+    start_updates, start_episodes, start_frames, prior_time = dist.broadcast_obj(
+        (start_updates, start_episodes, start_frames, prior_time))
     learner.broadcast_from_root()
     learner.updates = start_updates
 
     global_batch = l.train_batch * world
     frames_per_update = global_batch * spec.frames_per_step
-    total_updates = math.ceil(r.total_frames / frames_per_update)
+    # frames so far come from the checkpoint: a resume may change the world size, hence frames per update
+    total_updates = start_updates + max(0, math.ceil((r.total_frames - start_frames) / frames_per_update))
 
     writer = None
     if dist.is_root:
@@ -279,7 +281,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
     updates = start_updates
 
     def frames_at(u: int) -> int:
-        return u * frames_per_update
+        return start_frames + (u - start_updates) * frames_per_update
 
     def save_checkpoint() -> None:
         meta_c = {"updates": updates, "frames": frames_at(updates), "episodes": episodes_total,

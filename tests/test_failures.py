@@ -111,6 +111,8 @@ def test_resume_on_two_ranks_says_so(tmp_path):
     assert "trained on 1 ranks, now 2" in p.stdout
     meta = json.loads((run / "meta.json").read_text())
     assert meta["ranks"] == 2 and meta["global_batch"] == 40 and meta["final_frames"] >= 6000
+    # frames continue from the checkpoint (2000 at 20 per update), then 40 per update on 2 ranks
+    assert meta["final_frames"] == 2000 + (meta["final_update"] - 100) * 40
 
 
 def test_resume_refuses_model_change(tmp_path):
