@@ -31,4 +31,4 @@ echo "building horovod 0.28.1 (a few minutes; log: $work/build.log)"
   CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$(nproc)" \
   "$PY" -m pip install -q --no-build-isolation --no-deps . ) > "$work/build.log" 2>&1 \
   || { tail -30 "$work/build.log"; echo "horovod build failed" >&2; exit 1; }
-"$PY" -c "import horovod.tensorflow as h; assert h.mpi_built(); print('horovod', h.__version__, 'built with MPI')"
+"$PY" -c "import horovod, horovod.tensorflow as h; assert h.mpi_built(); print('horovod', horovod.__version__, 'built with MPI')"
