@@ -27,6 +27,17 @@ import time
 PAPER_TARGETS = {"breakout": 300.0, "pong": 10.0, "seaquest": 1830.0, "space_invaders": 700.0, "riverraid": 4000.0}
 
 
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def read_rows(path: str) -> list[dict[str, str]]:
     if not os.path.exists(path):
         return []
@@ -103,7 +114,7 @@ def main() -> int:
         "best_criterion": max((float(r[column]) for r in crit_rows if r.get(column)), default=None),
         "updates_total": int(last.get("updates", 0) or 0),
         "run_dir": run_dir, "command": cmd,
-        "machine": {"cores": cores, "cpu": platform.processor() or platform.machine(), "host": platform.node()},
+        "machine": {"cores": cores, "cpu": cpu_model(), "host": platform.node()},
     }
     os.makedirs(args.out_dir, exist_ok=True)
     out = os.path.join(args.out_dir, f"time_to_score-{game}.json")
