@@ -23,19 +23,10 @@ import subprocess
 import sys
 import time
 
+from scaling import cpu_model  # benchmarks/ is on sys.path when run as a script
+
 # Early-stop thresholds of the paper (arXiv 1801.02852).
 PAPER_TARGETS = {"breakout": 300.0, "pong": 10.0, "seaquest": 1830.0, "space_invaders": 700.0, "riverraid": 4000.0}
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def read_rows(path: str) -> list[dict[str, str]]:
