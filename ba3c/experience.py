@@ -19,7 +19,6 @@ class TrainBatch:
     actions: np.ndarray     # int32
     returns: np.ndarray     # float32 bootstrapped n-step returns
     advantages: np.ndarray  # float32 returns - value at acting time
-    steps: int = 0          # agent steps behind this batch (== len(actions))
 
 
 @dataclass
@@ -105,6 +104,6 @@ class Experience:
                 self._fill += 1
                 if self._fill == self.batch_size:
                     out.append(TrainBatch(self._obs.copy(), self._act.copy(), self._ret.copy(),
-                                          self._adv.copy(), self.batch_size))
+                                          self._adv.copy()))
                     self._fill = 0
         b.obs.clear(); b.actions.clear(); b.values.clear(); b.rewards.clear()

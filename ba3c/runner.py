@@ -61,7 +61,6 @@ class SimulationThread(threading.Thread):
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.timers = Timers()
-        self.steps = 0
         self._episodes: list[Episode] = []
         self._lock = threading.Lock()
 
@@ -81,7 +80,6 @@ class SimulationThread(threading.Thread):
                 self.sim.send(actions)
                 batches, episodes = self.experience.add(b.env_ids, b.obs, b.reward, b.terminated, b.truncated,
                                                         values, actions)
-                self.steps += len(actions)
                 if episodes:
                     with self._lock:
                         self._episodes.extend(episodes)
@@ -321,8 +319,8 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                 continue
             # ---- sync point: every rank takes part, in the same order
             eps = sim_thread.drain_episodes()
-            local = ([(e.score, e.length) for e in eps], sim_thread.steps,
-                     dict(sim_thread.timers.seconds), dict(learn_timers.seconds))
+            local = ([(e.score, e.length) for e in eps], dict(sim_thread.timers.seconds),
+                     dict(learn_timers.seconds))
             gathered = dist.gather(local)
             timed_out = r.max_minutes > 0 and time.time() - t_start > r.max_minutes * 60
             stop = dist.any_true(flag.received is not None or timed_out)
@@ -358,7 +356,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                                "losses/entropy": last_stats.entropy, "losses/grad_norm": last_stats.grad_norm}
                     if rets:
                         scalars["charts/episode_return"] = mean
-                    for k, v in {**gathered[0][2], **gathered[0][3]}.items():
+                    for k, v in {**gathered[0][1], **gathered[0][2]}.items():
                         scalars[f"time/{k}"] = v
                         row[f"t_{k}"] = round(v, 3)
                     writer.log(row, scalars, frames_at(updates))

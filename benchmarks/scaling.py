@@ -205,7 +205,7 @@ def measure_models(seconds: float) -> dict[str, Any]:
 
     rng = np.random.default_rng(0)
     b = TrainBatch(rng.integers(0, 255, (32, 4, 84, 84), dtype=np.uint8), rng.integers(0, 6, 32).astype(np.int32),
-                   rng.normal(size=32).astype(np.float32), rng.normal(size=32).astype(np.float32), 32)
+                   rng.normal(size=32).astype(np.float32), rng.normal(size=32).astype(np.float32))
     out: dict[str, Any] = {}
     for kind in ("nature", "paper"):
         model = build_model(kind, (4, 84, 84), 6, seed=0)

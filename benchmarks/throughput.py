@@ -41,6 +41,7 @@ sys.path.insert(0, REPO)  # run as a script from anywhere: ba3c is not installed
 from ba3c.config import Config  # noqa: E402
 from ba3c.runner import configure_tensorflow, cores_available  # noqa: E402
 from ba3c.simulators import AtariSimulator, EnvSpec, resolve_env  # noqa: E402
+from scaling import cpu_model  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def timed_rate(step: Callable[[], int], seconds: float, warmup_calls: int) -> float:
@@ -108,7 +109,7 @@ def train_step(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> Cal
     n = l.train_batch
     batch = TrainBatch(rng.integers(0, 256, size=(n, *obs_shape), dtype=np.uint8),
                        rng.integers(num_actions, size=n, dtype=np.int32),
-                       rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32), n)
+                       rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32))
 
     def step() -> int:
         learner.train(batch)
@@ -204,13 +205,7 @@ def measure_pipeline(cfg: Config, seconds: float, warmup_frac: float, run_dir: s
 # ---------------------------------------------------------------- report
 
 def machine() -> dict[str, Any]:
-    model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            model = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), model)
-    except OSError:
-        pass
-    return {"cores": cores_available(), "cpu_model": model, "hostname": platform.node(),
+    return {"cores": cores_available(), "cpu_model": cpu_model(), "hostname": platform.node(),
             "python": platform.python_version(), "load_avg_at_start": list(os.getloadavg())}
 
 

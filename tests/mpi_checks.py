@@ -30,7 +30,7 @@ def main() -> None:
     rng = np.random.default_rng(d.rank)
     def batch() -> TrainBatch:
         return TrainBatch(rng.normal(size=(16, 4)).astype(np.float32), rng.integers(0, 2, 16).astype(np.int32),
-                          rng.normal(size=16).astype(np.float32), rng.normal(size=16).astype(np.float32), 16)
+                          rng.normal(size=16).astype(np.float32), rng.normal(size=16).astype(np.float32))
 
     b = batch()
     grads, _ = learner._grads(tf.constant(b.obs), tf.constant(b.actions), tf.constant(b.returns), tf.constant(b.advantages))
