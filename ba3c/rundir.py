@@ -14,9 +14,11 @@ from typing import Any
 
 EVAL_FIELDS = ["time_s", "frames", "updates", "policy", "episodes", "score_mean", "score_std", "score_median",
                "score_min", "score_max", "length_mean"]
-PROGRESS_FIELDS = ["time_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
+PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
                    "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",
                    "entropy", "grad_norm", "lr",
+                   # cpu_s: CPU seconds of all ranks' processes since the run began (all threads, resumes
+                   # included): core-hours that stay honest on a shared or oversubscribed machine
                    # rank 0's cumulative seconds per stage (differences between rows give a window's split)
                    "t_env", "t_predict", "t_experience", "t_queue_put_wait", "t_queue_wait", "t_train", "t_allreduce"]
 

@@ -213,7 +213,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
     learner = Learner(model, l, dist, lr, l.warmup_updates if lr > l.lr else 0)
 
     # ---- resume (rank 0 reads, everyone gets the state by broadcast)
-    start_updates, start_episodes, start_frames, prior_time = 0, 0, 0, 0.0
+    start_updates, start_episodes, start_frames, prior_time, prior_cpu = 0, 0, 0, 0.0, 0.0
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     meta_prev: dict[str, Any] = {}
     config_changes: dict[str, list[Any]] = {}
@@ -232,10 +232,13 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
             start_updates, start_episodes = int(c.meta["updates"]), int(c.meta["episodes"])
             start_frames = int(c.meta["frames"])
             prior_time = float(c.meta.get("time_s", 0.0))
+            if "cpu_s" not in c.meta:
+                print("ba3c: this checkpoint predates CPU accounting; cpu_s counts from this resume", file=sys.stderr)
+            prior_cpu = float(c.meta.get("cpu_s", 0.0))
             print(f"ba3c: resuming from {c.path} (update {start_updates:,}, "
                   f"{int(c.meta['frames']):,} frames; trained on {c.meta.get('world_size')} ranks, now {world})")
-    start_updates, start_episodes, start_frames, prior_time = dist.broadcast_obj(
-        (start_updates, start_episodes, start_frames, prior_time))
+    start_updates, start_episodes, start_frames, prior_time, prior_cpu = dist.broadcast_obj(
+        (start_updates, start_episodes, start_frames, prior_time, prior_cpu))
     learner.broadcast_from_root()
     learner.updates = start_updates
 
@@ -271,6 +274,8 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
     episodes_total = start_episodes
     learn_timers = Timers()
     t_start = time.time()
+    cpu_start = time.process_time()  # whole process, every thread (simulators, predictor, learner, eval)
+    cpu_total = prior_cpu  # all ranks, as of the last sync point; rank 0 only
     last_log_t, last_log_updates = t_start, start_updates
     last_ckpt_t = t_start
     last_stats = None
@@ -283,7 +288,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
 
     def save_checkpoint() -> None:
         meta_c = {"updates": updates, "frames": frames_at(updates), "episodes": episodes_total,
-                  "time_s": prior_time + time.time() - t_start, "world_size": world,
+                  "time_s": prior_time + time.time() - t_start, "cpu_s": cpu_total, "world_size": world,
                   "config": cfg.to_dict(), "rng": {"seed": s.seed}, "model": model_kind,
                   "num_actions": sim.num_actions, "obs_shape": list(sim.obs_shape)}
         path = ckpt.save(ckpt_dir, updates, learner.state_arrays(), meta_c, r.keep_checkpoints)
@@ -320,7 +325,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
             # ---- sync point: every rank takes part, in the same order
             eps = sim_thread.drain_episodes()
             local = ([(e.score, e.length) for e in eps], dict(sim_thread.timers.seconds),
-                     dict(learn_timers.seconds))
+                     dict(learn_timers.seconds), time.process_time() - cpu_start)
             gathered = dist.gather(local)
             timed_out = r.max_minutes > 0 and time.time() - t_start > r.max_minutes * 60
             stop = dist.any_true(flag.received is not None or timed_out)
@@ -330,6 +335,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                     for score, length in g[0]:
                         recent.append(Episode(0, score, length, False))
                     episodes_total += len(g[0])
+                cpu_total = prior_cpu + sum(g[3] for g in gathered)
                 now = time.time()
                 if now - last_log_t >= r.log_interval_s or updates == total_updates or stop:
                     du, dt_ = updates - last_log_updates, max(now - last_log_t, 1e-9)
@@ -343,7 +349,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                           f"{fps:,.0f} fps | {ups:.2f} upd/s | return {mean:.2f} (last {len(rets)}; "
                           f"{episodes_total} episodes) | elapsed {fmt_duration(elapsed)} ETA {fmt_duration(eta)}",
                           flush=True)
-                    row = {"time_s": round(elapsed, 2), "frames": frames_at(updates), "updates": updates,
+                    row = {"time_s": round(elapsed, 2), "cpu_s": round(cpu_total, 1), "frames": frames_at(updates), "updates": updates,
                            "episodes": episodes_total, "return_mean": mean if rets else "",
                            "return_mean20": mean20 if rets else "", "return_max": max(rets) if rets else "",
                            "episode_length_mean": float(np.mean([e.length for e in recent])) if rets else "",
@@ -374,7 +380,6 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                 break
         learner.flush()  # every rank: an overlapped last update must finish its exchange
     finally:
-        watchdog.stop.set()
         sim_thread.stop.set()
         sim_thread.join(timeout=10)
         sim.close()
@@ -398,7 +403,9 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
             print(f"ba3c: done: {frames_at(updates):,} frames, {updates:,} updates"
                   + (f"; curve {curve}" if curve else ""), flush=True)
     # Nobody leaves before rank 0 has written: mpirun kills the whole job when one rank exits non-zero.
+    # The watchdog still runs here, so a rank 0 that never arrives cannot hold the others for ever.
     dist.barrier()
+    watchdog.stop.set()
     return status
 
 

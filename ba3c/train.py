@@ -5,6 +5,7 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 from typing import Sequence
 
 from ba3c.config import PRESETS, Config, ConfigError, build_parser, check_world, config_from_dict, load_json
@@ -76,10 +77,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_world(cfg, d.size)
         if d.is_root:
             print(f"ba3c: distribution backend '{d.name}' ({d.size} rank{'s' if d.size > 1 else ''})", flush=True)
-        return train(cfg, spec, d, run_dir, resume, flag)
+        status = train(cfg, spec, d, run_dir, resume, flag)
+    except BaseException:
+        if d.size == 1:
+            raise
+        # Several ranks: the others may be inside a collective, so a collective shutdown here would
+        # hang. Exit non-zero at once instead; mpirun then ends the job and names this rank.
+        traceback.print_exc()
+        print(f"ba3c: rank {d.rank} failed; ending the job (resume with --resume {run_dir})", file=sys.stderr, flush=True)
+        os._exit(1)
     finally:
         flag.restore()
-        d.shutdown()
+    d.shutdown()
+    return status
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Weak scaling of the full trainer, allreduce cost, a fitted update-time model and its projection.
 
-    python benchmarks/scaling.py [--quick] [--ranks 1,2,4] [--seconds 25] [--out benchmarks/results]
+    python benchmarks/scaling.py [--quick] [--ranks 1,2,4] [--seconds 25] [--out benchmarks/results] [-- TRAINER FLAGS]
 
 1. Weak scaling (measured): for each rank count r, `mpirun -np r python -m ba3c.train` on Pong with
    a fixed per-rank config, in two layouts: `core` (one core, one thread per rank, ranks bound to
@@ -86,19 +86,40 @@ def read_csv(path: str) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def steady_fps(rows: list[dict[str, str]], warmup: float) -> float:
+    """frames/s of one run's progress rows after the first `warmup` seconds (0 if too few rows)."""
+    if not rows:
+        return 0.0
+    t0 = float(rows[0]["time_s"])
+    steady = [x for x in rows if float(x["time_s"]) >= t0 + warmup]
+    if len(steady) < 2:
+        return 0.0
+    dt = float(steady[-1]["time_s"]) - float(steady[0]["time_s"])
+    return (int(steady[-1]["frames"]) - int(steady[0]["frames"])) / dt if dt > 0 else 0.0
+
+
 def run_trainer(r: int, threads: int, layout: str, seconds: float, warmup: float, args: argparse.Namespace,
                 exchange: str = "sync") -> dict[str, Any]:
     cores = os.cpu_count() or 1
     run_dir = tempfile.mkdtemp(prefix=f"ba3c-scale-{layout}{r}-")
-    pre, over = mpirun_prefix(r, threads, cores, layout)
-    cmd = pre + [sys.executable, "-m", "ba3c.train", "--env", args.env, "--total-frames", "1000000000",
-                 "--run-dir", run_dir, "--num-envs", str(args.num_envs), "--predict-batch", str(args.predict_batch),
-                 "--train-batch", str(args.train_batch), "--env-threads", str(threads),
-                 "--intra-op-threads", str(threads), "--inter-op-threads", "1", "--log-interval-s", "2",
-                 "--stats-interval-updates", "5", "--checkpoint-interval-min", "1000", "--lr-scaling", "none",
-                 "--exchange", exchange, "--dist", args.dist]
+    independent = layout == "independent"
+    pre, over = mpirun_prefix(r, threads, cores, "core" if independent else layout)
+    train = [sys.executable, "-m", "ba3c.train", "--env", args.env, "--total-frames", "1000000000",
+             "--num-envs", str(args.num_envs), "--predict-batch", str(args.predict_batch),
+             "--train-batch", str(args.train_batch), "--env-threads", str(threads),
+             "--intra-op-threads", str(threads), "--inter-op-threads", "1", "--log-interval-s", "2",
+             "--stats-interval-updates", "5", "--checkpoint-interval-min", "1000", "--lr-scaling", "none",
+             "--exchange", exchange, *getattr(args, "trainer_extra", [])]
+    if independent:
+        # The control: the same r processes, placed the same way, but no exchange at all (each its
+        # own single-rank run). What they lose against one rank alone is the machine's, not ours.
+        rank_dirs = [os.path.join(run_dir, f"rank{i}") for i in range(r)]
+        cmd = pre + ["sh", "-c", f'exec "$@" --dist none --run-dir {run_dir}/rank$OMPI_COMM_WORLD_RANK', "sh", *train]
+    else:
+        rank_dirs = [run_dir]
+        cmd = pre + train + ["--run-dir", run_dir, "--dist", args.dist]
     t0 = time.time()
-    progress = os.path.join(run_dir, "progress.csv")
+    progress = os.path.join(rank_dirs[0], "progress.csv")
     log = open(os.path.join(run_dir, "stdout.log"), "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -120,11 +141,11 @@ def run_trainer(r: int, threads: int, layout: str, seconds: float, warmup: float
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         log.close()
-    rows = read_csv(os.path.join(run_dir, "progress.csv"))
+    rows = read_csv(progress)
     times = np.array([float(x["time_s"]) for x in rows]) if rows else np.zeros(0)
     steady = [x for x, t in zip(rows, times) if t >= times[0] + warmup] if rows else []
-    out: dict[str, Any] = {"ranks": r, "layout": layout, "exchange": exchange, "threads_per_rank": threads,
-                           "oversubscribed": over,
+    out: dict[str, Any] = {"ranks": r, "layout": layout, "exchange": "none" if independent else exchange,
+                           "threads_per_rank": threads, "oversubscribed": over,
                            "command": " ".join(cmd), "rows": len(rows)}
     if len(steady) >= 2:
         a, b = steady[0], steady[-1]
@@ -132,6 +153,8 @@ def run_trainer(r: int, threads: int, layout: str, seconds: float, warmup: float
         du = int(b["updates"]) - int(a["updates"])
         out["frames_per_s"] = (int(b["frames"]) - int(a["frames"])) / dt
         out["updates_per_s"] = du / dt
+        if independent:  # all r runs' frames over their own steady windows
+            out["frames_per_s"] = sum(steady_fps(read_csv(os.path.join(d, "progress.csv")), warmup) for d in rank_dirs)
         out["window_s"] = dt
         # the per-update split over the same steady window, from rank 0's cumulative stage timers
         out["ms_per_update_rank0"] = {k[2:]: 1000 * (float(b[k] or 0) - float(a[k] or 0)) / max(du, 1)
@@ -140,7 +163,7 @@ def run_trainer(r: int, threads: int, layout: str, seconds: float, warmup: float
         with open(os.path.join(run_dir, "stdout.log")) as fh:
             out["error"] = fh.read()[-1500:]
     try:
-        with open(os.path.join(run_dir, "meta.json")) as fh:
+        with open(os.path.join(rank_dirs[0], "meta.json")) as fh:
             out["dist_backend"] = json.load(fh).get("dist_backend")
     except (OSError, ValueError):
         pass
@@ -265,6 +288,12 @@ def plot(result: dict[str, Any], path: str) -> None:
             rs = [m["ranks"] for m in pts]
             ax1.plot(rs, [m["frames_per_s"] for m in pts], marker=marker, label=f"measured, {layout} layout")
             ax2.plot(rs, [m.get("efficiency", np.nan) for m in pts], marker=marker, label=f"measured, {layout} layout")
+    ctl = [m for m in result["measured"] if m["layout"] == "independent" and "efficiency" in m]
+    if ctl:
+        ax1.plot([m["ranks"] for m in ctl], [m["frames_per_s"] for m in ctl], "D", color="grey", ms=7,
+                 label="control: r runs, no exchange")
+        ax2.plot([m["ranks"] for m in ctl], [m["efficiency"] for m in ctl], "D", color="grey", ms=7,
+                 label="control: r runs, no exchange (the machine's ceiling)")
     ov = [m for m in result["measured"] if m.get("exchange") == "overlap" and "efficiency" in m]
     if ov:
         ax1.plot([m["ranks"] for m in ov], [m["frames_per_s"] for m in ov], "^", ms=9, label="measured, core, --exchange overlap")
@@ -301,6 +330,7 @@ def measure(args: argparse.Namespace, ranks: list[int], result: dict[str, Any], 
     cores = os.cpu_count() or 1
     layouts = args.layouts.split(",")
     overlap = [int(x) for x in args.overlap_ranks.split(",") if x]
+    control = [int(x) for x in args.control_ranks.split(",") if x]
     plan = []
     for r in ranks:
         for layout in layouts:
@@ -310,6 +340,8 @@ def measure(args: argparse.Namespace, ranks: list[int], result: dict[str, Any], 
             plan.append((r, threads, layout, "sync"))
         if r in overlap and r > 1:
             plan.append((r, cores if layouts == ["node"] else 1, layouts[0] if layouts == ["node"] else "core", "overlap"))
+        if r in control and r > 1 and "core" in layouts:
+            plan.append((r, 1, "independent", "sync"))
     for r, threads, layout, exchange in plan:
         print(f"scaling: {r} rank(s), {layout} layout, {threads} thread(s) each, exchange {exchange} ...", flush=True)
         m = run_trainer(r, threads, layout, args.seconds, args.warmup, args, exchange)
@@ -330,10 +362,15 @@ def analyze(result: dict[str, Any], node_cores: int, fit_from: str) -> None:
         return next((m for m in measured if m["layout"] == layout and m["ranks"] == 1 and "frames_per_s" in m
                      and m.get("exchange", "sync") == "sync"), None)
     for m in measured:
-        base = base_of(m["layout"])
+        base = base_of("core" if m["layout"] == "independent" else m["layout"])
         if base and "frames_per_s" in m:
             scale = 1 if m["layout"] == "fat" else m["ranks"]  # fat: the same cores for every r
             m["efficiency"] = m["frames_per_s"] / (scale * base["frames_per_s"])
+    for m in measured:  # the trainer's own loss: against r exchange-free runs on the same cores
+        ctrl = next((c for c in measured if c["layout"] == "independent" and c["ranks"] == m["ranks"]
+                     and "frames_per_s" in c), None)
+        if ctrl and m["layout"] == "core" and "frames_per_s" in m:
+            m["efficiency_vs_control"] = m["frames_per_s"] / ctrl["frames_per_s"]
     fits = {b: fit_allreduce(result["allreduce"], b) for b in ("horovod", "mpi")}
     result["fit"] = {"allreduce": fits, "modelled": True}
     base = base_of("core")
@@ -370,13 +407,16 @@ def analyze(result: dict[str, Any], node_cores: int, fit_from: str) -> None:
 
 
 def report(result: dict[str, Any]) -> None:
-    print(f"\n{'ranks':>5} {'layout':>6} {'exch':>7} {'thr':>4} {'frames/s':>10} {'upd/s':>7} {'eff':>6}  ms/update (rank 0)")
+    print(f"\n{'ranks':>5} {'layout':>11} {'exch':>7} {'thr':>4} {'frames/s':>10} {'upd/s':>7} {'eff':>6} {'vs ctl':>6}"
+          "  ms/update (rank 0)")
     for m in result["measured"]:
         ms = m.get("ms_per_update_rank0", {})
         split = " ".join(f"{k}={v:.0f}" for k, v in sorted(ms.items()))
-        print(f"{m['ranks']:>5} {m['layout']:>6} {m.get('exchange', 'sync'):>7} {m['threads_per_rank']:>4} "
+        print(f"{m['ranks']:>5} {m['layout']:>11} {m.get('exchange', 'sync'):>7} {m['threads_per_rank']:>4} "
               f"{m.get('frames_per_s', float('nan')):>10.0f} {m.get('updates_per_s', float('nan')):>7.2f} "
-              f"{m.get('efficiency', float('nan')):>6.2f}  {split}")
+              f"{m.get('efficiency', float('nan')):>6.2f} {m.get('efficiency_vs_control', float('nan')):>6.2f}  {split}")
+    print("eff: frames/s over r x one rank's; vs ctl: over r exchange-free runs on the same cores (layout "
+          "'independent'), i.e. what the exchange itself costs")
     for b, f in result["fit"]["allreduce"].items():
         if f:
             print(f"fit {b}: overhead {1e3 * f['overhead_s']:.2f} ms, latency {1e6 * f['latency_s']:.1f} us, "
@@ -400,13 +440,16 @@ def main() -> int:
     p.add_argument("--fat-ranks", default="1,2,4,8", help="rank counts measured in the fat layout")
     p.add_argument("--overlap-ranks", default="2,4,8,16",
                    help="rank counts also measured with --exchange overlap (core layout); '' for none")
+    p.add_argument("--control-ranks", default="2,16",
+                   help="rank counts also run as the no-exchange control: r independent single-rank runs placed "
+                        "like the core layout (what the machine itself loses when r cores are busy)")
     p.add_argument("--sweep-ranks", default="2,4,8,16,32,64", help="rank counts for the allreduce sweep")
     p.add_argument("--seconds", type=float, default=30.0, help="measurement window per run, after warm-up")
     p.add_argument("--warmup", type=float, default=10.0, help="seconds of progress rows discarded as warm-up")
     p.add_argument("--startup", type=float, default=15.0, help="allowance for imports and model build per run")
     p.add_argument("--reps", type=int, default=20, help="allreduce repetitions per size")
     p.add_argument("--env", default="pong")
-    p.add_argument("--dist", default="auto", choices=("auto", "horovod", "mpi"), help="the trainer's --dist")
+    p.add_argument("--dist", default="auto", choices=("auto", "horovod", "mpi", "none"), help="the trainer's --dist (none: 1 rank only)")
     p.add_argument("--num-envs", type=int, default=16)
     p.add_argument("--predict-batch", type=int, default=8)
     p.add_argument("--train-batch", type=int, default=32)
@@ -416,7 +459,15 @@ def main() -> int:
     p.add_argument("--fit-from", default="", help="a scaling.json whose fitted model predicts this machine (error reported)")
     p.add_argument("--analyze-only", default="",
                    help="re-analyse and re-plot saved JSON instead of measuring (comma list: merged, e.g. one per cluster job)")
-    args = p.parse_args()
+    # SIGTERM (a scheduler, a user's kill) unwinds like Ctrl-C, so a running trainer's process group is stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    args, extra = p.parse_known_args()
+    args.trainer_extra = [a for a in extra if a != "--"]  # after `--`: more ba3c.train flags for every run
+    if args.trainer_extra:
+        check = subprocess.run([sys.executable, "-c", "import sys; from ba3c.train import resolve; resolve(sys.argv[1:])",
+                                *args.trainer_extra], cwd=ROOT, env=env(), capture_output=True, text=True)
+        if check.returncode != 0:  # a bad trainer flag: say so now, not after the first mpirun
+            p.error(f"trainer flags {' '.join(args.trainer_extra)}: {check.stderr.strip().splitlines()[-1]}")
     args.fat_ranks_list = [int(x) for x in args.fat_ranks.split(",") if x]
     args.sweep_ranks_list = [int(x) for x in args.sweep_ranks.split(",") if x]
     cores = os.cpu_count() or 1

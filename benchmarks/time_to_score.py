@@ -1,14 +1,16 @@
 """Train until the score reaches a target; record when it did.
 
     python benchmarks/time_to_score.py --env pong --target 18 [--max-hours 3] [-- extra ba3c.train flags]
+    python benchmarks/time_to_score.py --env breakout --resume --run-dir runs/X   # continue a stopped run
 
 Runs `python -m ba3c.train` as a child process and follows its CSVs. `--criterion eval`
 (default): the trainer evaluates the greedy policy every `--eval-every-frames` (the paper's
 protocol, `--eval-episodes` episodes, eval.csv) and the target is met when an evaluation mean
 reaches it. `--criterion train20`: the mean training return of the last 20 episodes (sampled
 policy, progress.csv). The child is stopped with SIGTERM (it checkpoints first) at the target or
-when the time budget is spent. Writes benchmarks/results/time_to_score-GAME.json, the curve PNG
-and the run's config.
+when the time budget is spent. Writes benchmarks/results/time_to_score-GAME[-TAG].json, the curve
+PNG and the run's config. Core-hours are the CPU seconds all ranks used (progress.csv's cpu_s), so
+they stay honest on a shared machine; where a run has no cpu_s the JSON says the figure is wall x cores.
 """
 from __future__ import annotations
 
@@ -56,15 +58,22 @@ def main() -> int:
                    help="eval: greedy evaluation mean (paper); train20: training return, last 20 episodes")
     p.add_argument("--eval-every-frames", type=int, default=500_000)
     p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its checkpoint")
+    p.add_argument("--tag", default="", help="output name suffix, e.g. 'paper' -> time_to_score-pong-paper.json")
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
     game = args.env.lower()
     target = args.target if args.target is not None else PAPER_TARGETS.get(game)
     if target is None:
         p.error(f"--target is required for {args.env} (paper thresholds exist for {', '.join(PAPER_TARGETS)})")
+    if args.resume and not (args.run_dir and os.path.exists(os.path.join(args.run_dir, "config.json"))):
+        p.error("--resume needs --run-dir pointing at an existing run directory (one with config.json)")
     run_dir = args.run_dir or os.path.join("runs", f"tts-{game}-{time.strftime('%Y%m%d-%H%M%S')}")
-    cmd = [sys.executable, "-m", "ba3c.train", "--env", args.env, "--total-frames", str(args.total_frames),
-           "--run-dir", run_dir, *extra]
+    if args.resume:
+        cmd = [sys.executable, "-m", "ba3c.train", "--resume", run_dir, "--total-frames", str(args.total_frames), *extra]
+    else:
+        cmd = [sys.executable, "-m", "ba3c.train", "--env", args.env, "--total-frames", str(args.total_frames),
+               "--run-dir", run_dir, *extra]
     if args.criterion == "eval":
         cmd += ["--eval-every-frames", str(args.eval_every_frames), "--eval-episodes", str(args.eval_episodes)]
     watched, column = (("eval.csv", "score_mean") if args.criterion == "eval" else ("progress.csv", "return_mean20"))
@@ -92,6 +101,12 @@ def main() -> int:
     last = rows[-1] if rows else {}
     cores = os.cpu_count() or 1
     wall_h = (time.time() - t0) / 3600
+    measured_cpu = bool(rows) and all(r.get("cpu_s") for r in rows)
+
+    def core_hours(r: dict[str, str]) -> float:
+        """At an eval.csv or progress.csv row: the first progress row at or past its frames."""
+        at = next((p for p in rows if int(p["frames"]) >= int(r["frames"])), rows[-1])
+        return float(at["cpu_s"]) / 3600 if measured_cpu else float(at["time_s"]) / 3600 * cores
     result = {
         "env": game, "target": target, "reached": hit is not None,
         "metric": ("greedy evaluation mean" if args.criterion == "eval"
@@ -99,8 +114,13 @@ def main() -> int:
         "frames_to_target": int(hit["frames"]) if hit else None,
         "updates_to_target": int(hit["updates"]) if hit else None,
         "wall_s_to_target": float(hit["time_s"]) if hit else None,
-        "core_hours_to_target": float(hit["time_s"]) / 3600 * cores if hit else None,
-        "frames_total": int(last.get("frames", 0) or 0), "wall_hours_total": round(wall_h, 3),
+        "core_hours_to_target": round(core_hours(hit), 3) if hit and rows else None,
+        "core_hours_total": round(core_hours(last), 3) if last else None,
+        "core_hours_basis": ("measured: CPU seconds of all ranks (progress.csv cpu_s)" if measured_cpu
+                             else f"not measured: wall time x {cores} cores (an upper bound on a shared machine)"),
+        "frames_total": int(last.get("frames", 0) or 0),
+        "wall_hours_total": round(float(last["time_s"]) / 3600, 3) if last else None,
+        "wall_hours_this_invocation": round(wall_h, 3), "resumed": args.resume,
         "best_return_mean20": max((float(r["return_mean20"]) for r in rows if r.get("return_mean20")), default=None),
         "best_criterion": max((float(r[column]) for r in crit_rows if r.get(column)), default=None),
         "updates_total": int(last.get("updates", 0) or 0),
@@ -108,14 +128,15 @@ def main() -> int:
         "machine": {"cores": cores, "cpu": cpu_model(), "host": platform.node()},
     }
     os.makedirs(args.out_dir, exist_ok=True)
-    out = os.path.join(args.out_dir, f"time_to_score-{game}.json")
+    name = f"time_to_score-{game}" + (f"-{args.tag}" if args.tag else "")
+    out = os.path.join(args.out_dir, f"{name}.json")
     with open(out, "w") as fh:
         json.dump(result, fh, indent=2)
     if os.path.exists(os.path.join(run_dir, "config.json")):
-        shutil.copy(os.path.join(run_dir, "config.json"), os.path.join(args.out_dir, f"time_to_score-{game}-config.json"))
+        shutil.copy(os.path.join(run_dir, "config.json"), os.path.join(args.out_dir, f"{name}-config.json"))
     curve = os.path.join(run_dir, "learning_curve.png")
     if os.path.exists(curve):
-        shutil.copy(curve, os.path.join(args.out_dir, f"time_to_score-{game}.png"))
+        shutil.copy(curve, os.path.join(args.out_dir, f"{name}.png"))
     print(json.dumps(result, indent=2))
     return 0
 

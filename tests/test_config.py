@@ -69,6 +69,7 @@ BAD = [
     (["--total-frames", "abc"], "--total-frames"),
     (["--resume", "/nonexistent/run"], "--resume"),
     (["--run-dir", "/proc/ba3c-not-writable"], "--run-dir"),
+    (["--queue-batches", "0"], "--queue-batches"),
 ]
 
 
@@ -112,3 +113,4 @@ def test_config_parser_accepts_only_valid(values):
         return
     assert cfg.sim.predict_batch <= cfg.sim.num_envs and cfg.learn.lr > 0 and 0 < cfg.learn.gamma <= 1
     assert Config(cfg.sim, cfg.learn, cfg.run) == cfg
+

@@ -121,3 +121,19 @@ def test_resume_refuses_model_change(tmp_path):
                "--total-frames", "400", "--run-dir", str(run)], timeout=200)
     p = run_train(["--resume", str(run), "--env", "Acrobot-v1"], check=False, timeout=60)
     assert p.returncode == 2 and "--env" in p.stderr and "start a new run" in p.stderr
+
+
+def test_rank0_failing_at_the_end_ends_the_job(tmp_path):
+    """Rank 0 cannot write its final checkpoint (here `checkpoints` is a file) while rank 1 waits in
+    the closing barrier: the job must end non-zero within seconds, not hang."""
+    run = tmp_path / "endfail"
+    run.mkdir()
+    (run / "checkpoints").write_text("not a directory")
+    cmd = [str(BIN / "mpirun"), "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "ba3c.train",
+           "--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20",
+           "--total-frames", "4000", "--run-dir", str(run), "--intra-op-threads", "1"]
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=240)
+    assert p.returncode != 0
+    assert "rank 0 failed" in p.stderr, p.stderr[-2000:]
+    assert time.time() - t0 < 200

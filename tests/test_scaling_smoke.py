@@ -20,6 +20,9 @@ def test_scaling_quick(tmp_path):
         assert m["frames_per_s"] > 0 and math.isfinite(m["efficiency"]), m
         assert m["ms_per_update_rank0"]["train"] > 0  # the trainer's own stage timers came back
     assert measured[(1, "core")]["efficiency"] == 1.0
+    # the no-exchange control ran as two separate single-rank runs and the exchange's cost is reported
+    assert (2, "independent") in measured and measured[(2, "independent")]["exchange"] == "none"
+    assert 0 < measured[(2, "core")]["efficiency_vs_control"] < 5
     assert res["allreduce"] and res["allreduce"][0]["ranks"] == 2
     assert {r["backend"] for r in res["allreduce"][0]["rows"]} == {"horovod", "mpi"}
     assert res["fit"]["modelled"] and res["fit"]["allreduce"]["horovod"]["bandwidth_bytes_per_s"] > 0

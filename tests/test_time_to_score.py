@@ -21,3 +21,18 @@ def test_time_to_score_cartpole(tmp_path):
     assert res["best_criterion"] >= 120 and 0 < res["frames_to_target"] <= res["frames_total"] < 400000
     assert res["updates_to_target"] * 40 == res["frames_to_target"] - res["frames_to_target"] % 40
     assert (tmp_path / "out" / "time_to_score-cartpole-v1-config.json").exists()
+    # core-hours are the CPU seconds the run used, not wall x cores
+    assert res["core_hours_basis"].startswith("measured")
+    assert 0 < res["core_hours_to_target"] <= res["core_hours_total"]
+
+    # --resume continues the same run (frames and CPU seconds carry on), --tag names the output
+    p = subprocess.run([sys.executable, "benchmarks/time_to_score.py", "--env", "CartPole-v1", "--target", "1e9",
+                        "--total-frames", "400000", "--max-hours", "0.006", "--eval-every-frames", "20000",
+                        "--eval-episodes", "2", "--resume", "--run-dir", str(tmp_path / "run"),
+                        "--out-dir", str(tmp_path / "out"), "--tag", "more"],
+                       cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stderr[-2000:]
+    more = json.loads((tmp_path / "out" / "time_to_score-cartpole-v1-more.json").read_text())
+    assert more["resumed"] and not more["reached"]
+    assert more["frames_total"] > res["frames_total"] and more["core_hours_total"] > res["core_hours_total"]
+    assert more["core_hours_basis"].startswith("measured")
