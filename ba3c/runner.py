@@ -21,6 +21,9 @@ from ba3c.experience import Episode, Experience, TrainBatch
 from ba3c.predictor import sample_actions
 from ba3c.simulators import EnvSpec, Simulator, make_simulator
 
+# Below this the policy is (nearly) deterministic; Breakout once went 1.1 -> 1.6e-7 in ~140 updates
+# and its return from 58 to 0 (benchmarks/results/time_to_score-breakout-collapsed*).
+COLLAPSED_ENTROPY = 1e-3
 EXIT_SIGNALLED = 75  # stopped by a signal after writing a checkpoint: resume with --resume RUN_DIR
 
 
@@ -279,6 +282,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
     last_log_t, last_log_updates = t_start, start_updates
     last_ckpt_t = t_start
     last_stats = None
+    collapse_warned = False
     status = 0
     stopped_early = False
     updates = start_updates
@@ -366,6 +370,12 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                         scalars[f"time/{k}"] = v
                         row[f"t_{k}"] = round(v, 3)
                     writer.log(row, scalars, frames_at(updates))
+                    if last_stats.entropy < COLLAPSED_ENTROPY and not collapse_warned:
+                        collapse_warned = True
+                        print(f"ba3c: warning: policy entropy {max(last_stats.entropy, 0.0):.1e} at update {updates:,}: the "
+                              f"policy has collapsed onto one action and may not recover. Stop, and --resume from a "
+                              f"checkpoint before this point (they rotate: copy one out) with a lower --lr.",
+                              file=sys.stderr, flush=True)
                     last_log_t, last_log_updates = now, updates
                 if evaluator is not None and frames_at(updates) >= next_eval:
                     evaluator.submit([np.array(w) for w in model.get_weights()], frames_at(updates), updates,
