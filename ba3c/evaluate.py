@@ -264,7 +264,8 @@ def build_from_checkpoint(c) -> tuple[Any, EnvSpec, dict[str, Any]]:  # -> (kera
 
 
 def training_cost(run_dir: str, meta: dict[str, Any]) -> dict[str, Any]:
-    """Training wall time of the checkpoint and an estimate of core-hours from the run's meta.json."""
+    """Training wall time of the checkpoint and its core-hours: measured CPU seconds where the checkpoint
+    counted them from the start of the run, else wall time x the cores in the run's meta.json."""
     wall_s = meta.get("time_s")
     out: dict[str, Any] = {"train_wall_s": wall_s, "ranks": meta.get("world_size"), "cores": None,
                            "cores_basis": None, "core_hours": None}
@@ -282,6 +283,9 @@ def training_cost(run_dir: str, meta: dict[str, Any]) -> dict[str, Any]:
             out.update(cores=int(run_meta["cpu_count"]), cores_basis="cpu_count of rank 0's host (one host assumed)")
     if out["cores"] and wall_s is not None:
         out["core_hours"] = round(float(wall_s) / 3600 * out["cores"], 4)
+    if meta.get("cpu_s_from_start") and meta.get("cpu_s"):  # measured beats wall x cores
+        out.update(core_hours=round(float(meta["cpu_s"]) / 3600, 4),
+                   cores_basis="measured: CPU seconds of all ranks since the run began (checkpoint cpu_s)")
     return out
 
 

@@ -219,6 +219,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
     start_updates, start_episodes, start_frames, prior_time, prior_cpu = 0, 0, 0, 0.0, 0.0
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     meta_prev: dict[str, Any] = {}
+    cpu_from_start = True  # False once resumed from a checkpoint that did not count CPU seconds from the start
     config_changes: dict[str, list[Any]] = {}
     if resume and dist.is_root:
         c = ckpt.load_latest(ckpt_dir)
@@ -238,6 +239,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
             if "cpu_s" not in c.meta:
                 print("ba3c: this checkpoint predates CPU accounting; cpu_s counts from this resume", file=sys.stderr)
             prior_cpu = float(c.meta.get("cpu_s", 0.0))
+            cpu_from_start = bool(c.meta.get("cpu_s_from_start", False))
             print(f"ba3c: resuming from {c.path} (update {start_updates:,}, "
                   f"{int(c.meta['frames']):,} frames; trained on {c.meta.get('world_size')} ranks, now {world})")
     start_updates, start_episodes, start_frames, prior_time, prior_cpu = dist.broadcast_obj(
@@ -292,7 +294,8 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
 
     def save_checkpoint() -> None:
         meta_c = {"updates": updates, "frames": frames_at(updates), "episodes": episodes_total,
-                  "time_s": prior_time + time.time() - t_start, "cpu_s": cpu_total, "world_size": world,
+                  "time_s": prior_time + time.time() - t_start, "cpu_s": cpu_total, "cpu_s_from_start": cpu_from_start,
+                  "world_size": world,
                   "config": cfg.to_dict(), "rng": {"seed": s.seed}, "model": model_kind,
                   "num_actions": sim.num_actions, "obs_shape": list(sim.obs_shape)}
         path = ckpt.save(ckpt_dir, updates, learner.state_arrays(), meta_c, r.keep_checkpoints)

@@ -170,7 +170,8 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
     if "gorila" in shown:
         lines.append("* Gorila's numbers are from its human-starts evaluation (episodes start from states "
                      "sampled from human play), a harder protocol than our no-op starts.")
-    lines.append("* Core-hours: training wall time x cores of the run (see `cores_basis` in each JSON).")
+    lines.append("* Core-hours: measured CPU seconds of all ranks where the checkpoint has them from the start of "
+                 "the run, otherwise training wall time x cores of the run (`cores_basis` in each JSON says which).")
     lines += ["", "Evaluation files:", ""]
     lines += [f"* {title(r.game)} ({r.policy}): `{_display(r.path)}`" for r in rows]
     return "\n".join(lines) + "\n"

@@ -175,6 +175,8 @@ def test_cartpole_train_then_evaluate(tmp_path):
     assert data["frames"] >= 3000 and data["updates"] > 0 and data["checkpoint"].endswith(".npz")
     assert data["protocol"]["parallel_envs"] == 3 and "greedy" in data["protocol"]["policy"]
     assert "score" in p.stdout and "wrote" in p.stdout
+    # a run that counted CPU seconds from its start reports them, not wall time x cores
+    assert data["cores_basis"].startswith("measured") and 0 < data["core_hours"] < 1
 
 
 def test_pong_evaluate_records_gif(tmp_path):
