@@ -141,22 +141,6 @@ def steady_window(rows: list[dict[str, str]], warmup_frac: float) -> tuple[int, 
     return min(first, len(rows) - 2), len(rows) - 1  # at least one interval
 
 
-def stage_timers(tb_dir: str) -> dict[int, dict[str, float]]:
-    """The trainer's cumulative `time/*` stage seconds by logged frame count, from its TensorBoard events."""
-    import glob
-
-    import tensorflow as tf
-
-    out: dict[int, dict[str, float]] = {}
-    for path in sorted(glob.glob(os.path.join(tb_dir, "events.out.tfevents.*"))):
-        for record in tf.data.TFRecordDataset(path):
-            ev = tf.compat.v1.Event.FromString(record.numpy())
-            for v in ev.summary.value:
-                if v.tag.startswith("time/"):
-                    out.setdefault(int(ev.step), {})[v.tag[5:]] = float(tf.make_ndarray(v.tensor))
-    return out
-
-
 def measure_pipeline(cfg: Config, seconds: float, warmup_frac: float, run_dir: str,
                      extra: list[str]) -> dict[str, Any]:
     """P: run `python -m ba3c.train` for `seconds` after its first progress row, stop it with SIGTERM."""
@@ -191,10 +175,10 @@ def measure_pipeline(cfg: Config, seconds: float, warmup_frac: float, run_dir: s
     i, j = steady_window(rows, warmup_frac)
     t0, t1 = float(rows[i]["time_s"]), float(rows[j]["time_s"])
     f0, f1 = int(float(rows[i]["frames"])), int(float(rows[j]["frames"]))
-    # Share of the steady window's wall time each stage took (each thread's shares add up to ~1).
-    timers = stage_timers(os.path.join(run_dir, "tb"))
-    steady_stages = {k: round((timers[f1][k] - timers[f0].get(k, 0.0)) / (t1 - t0), 3)
-                     for k in timers.get(f1, {})} if f0 in timers and f1 in timers else {}
+    # Share of the steady window's wall time each stage took (each thread's shares add up to ~1),
+    # from the cumulative t_* stage seconds in progress.csv (as benchmarks/scaling.py reads them).
+    steady_stages = {k[2:]: round((float(rows[j][k]) - float(rows[i][k] or 0)) / (t1 - t0), 3)
+                     for k in rows[j] if k.startswith("t_") and rows[j][k]}
     with open(log_path) as fh:
         timer_table = [ln.rstrip() for ln in fh if ln.startswith(("stage (rank 0)", "  simulation", "  learner"))]
     return {"frames_per_s": (f1 - f0) / (t1 - t0), "rows_total": len(rows), "steady_rows": [i, j],

@@ -30,3 +30,6 @@ def test_throughput_quick(tmp_path: Path) -> None:
     for key in ("config", "date", "note"):
         assert data[key]
     assert (out / "throughput.png").stat().st_size > 0
+    # the steady-window stage split comes from progress.csv's t_* columns: shares of wall time
+    stages = data["pipeline"]["steady_stage_fraction_of_wall"]
+    assert {"train", "predict", "queue_wait"} <= set(stages) and 0 < stages["train"] <= 1.5, stages
