@@ -7,8 +7,10 @@
    alternating order; steady frames/s and CPU seconds per frame (progress.csv's cpu_s).
 2. Learning (measured in the given runs): the mean-20 training return against frames, from each
    run's progress.csv, and the frames at which it first reaches each threshold.
-3. Per core-hour: a run's own cpu_s where its progress.csv has it (measured); otherwise its frames
-   x the CPU seconds per frame measured in step 1 for its preset (modelled: labelled so).
+3. Per core-hour: each run's frames x the CPU seconds per frame measured in step 1 for its preset,
+   so both runs are costed alike on a quiet machine (modelled, labelled so); a run's own cpu_s
+   (measured, but inflated when the machine was shared) is reported beside it. Without step 1
+   the runs' own cpu_s is used, and a run without it is an error.
 Writes preset_compare-GAME.json and .png in --out, and prints a table.
 """
 from __future__ import annotations
@@ -52,11 +54,12 @@ def curve(run_dir: str, cpu_s_per_frame: float | None, thresholds: list[float]) 
     rows = [r for r in read_csv(os.path.join(run_dir, "progress.csv")) if r.get("return_mean20")]
     if not rows:
         raise RuntimeError(f"{run_dir}: no progress rows with returns")
-    measured = all(r.get("cpu_s") for r in rows)
-    if not measured and cpu_s_per_frame is None:
+    has_cpu = all(r.get("cpu_s") for r in rows)
+    if not has_cpu and cpu_s_per_frame is None:
         raise RuntimeError(f"{run_dir}: no cpu_s column and no measured cost to model it from (--measure-seconds > 0)")
     frames = [int(r["frames"]) for r in rows]
-    core_h = [float(r["cpu_s"]) / 3600 if measured else f * cpu_s_per_frame / 3600 for r, f in zip(rows, frames)]
+    modelled = cpu_s_per_frame is not None
+    core_h = [f * cpu_s_per_frame / 3600 if modelled else float(r["cpu_s"]) / 3600 for r, f in zip(rows, frames)]
     ret = [float(r["return_mean20"]) for r in rows]
     reach = {}
     for t in thresholds:
@@ -66,8 +69,9 @@ def curve(run_dir: str, cpu_s_per_frame: float | None, thresholds: list[float]) 
     with open(os.path.join(run_dir, "config.json")) as fh:
         cfg = json.load(fh)
     return {"run_dir": run_dir, "preset": cfg["run"]["preset"], "model": cfg["learn"]["model"],
-            "core_hours_basis": "measured: the run's cpu_s" if measured else
-                                "modelled: frames x CPU seconds per frame measured for this preset here",
+            "core_hours_basis": "modelled: frames x CPU seconds per frame measured for this preset here" if modelled
+                                else "measured: the run's cpu_s",
+            "own_cpu_hours_total": round(float(rows[-1]["cpu_s"]) / 3600, 3) if has_cpu else None,
             "frames_total": frames[-1], "core_hours_total": round(core_h[-1], 3), "best_return_mean20": max(ret),
             "reach": reach, "frames": frames, "core_hours": [round(c, 4) for c in core_h], "return_mean20": ret}
 
@@ -81,7 +85,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name, c in result["runs"].items():
         ax1.plot([f / 1e6 for f in c["frames"]], c["return_mean20"], label=name)
-        ls = "-" if c["core_hours_basis"].startswith("measured") else "--"
+        ls = "-" if c["core_hours_basis"].startswith("measured") else "--"  # dashed: modelled
         ax2.plot(c["core_hours"], c["return_mean20"], ls, label=f"{name} ({c['core_hours_basis'].split(':')[0]})")
     ax1.set_xlabel("frames (millions)"); ax2.set_xlabel("core-hours")
     for ax in (ax1, ax2):

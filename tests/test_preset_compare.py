@@ -34,12 +34,19 @@ def test_preset_compare_cartpole(tmp_path):
     assert abs(paper["updates_per_mframe"] / default["updates_per_mframe"] - 2.0) < 0.2
     for name, preset in (("default", "default"), ("paper", "paper")):
         run = res["runs"][name]
-        assert run["preset"] == preset and run["core_hours_basis"].startswith("measured")
-        assert run["frames_total"] >= 30000 and 0 < run["core_hours_total"]
+        # both runs costed alike from the cost runs; each run's own CPU seconds reported beside
+        assert run["preset"] == preset and run["core_hours_basis"].startswith("modelled")
+        assert run["frames_total"] >= 30000 and 0 < run["core_hours_total"] and run["own_cpu_hours_total"] > 0
         assert set(run["reach"]) == {"15.0", "20.0"}
     assert (tmp_path / "out" / "preset_compare-CartPole-v1.png").stat().st_size > 5000
 
-    # a run without cpu_s and no cost measurement: a clear error, not a silent guess
+    # without cost runs each run's own cpu_s is used ...
+    p = subprocess.run(cmd + ["--measure-seconds", "0"], cwd=ROOT, env=subprocess_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads((tmp_path / "out" / "preset_compare-CartPole-v1.json").read_text())
+    assert res["cost"] == [] and res["runs"]["paper"]["core_hours_basis"].startswith("measured")
+    # ... and a run without cpu_s then is a clear error, not a silent guess
     csv_path = tmp_path / "d" / "progress.csv"
     lines = csv_path.read_text().splitlines()
     header = lines[0].split(",")
