@@ -21,8 +21,9 @@ from ba3c.experience import Episode, Experience, TrainBatch
 from ba3c.predictor import sample_actions
 from ba3c.simulators import EnvSpec, Simulator, make_simulator
 
-# Below this the policy is (nearly) deterministic; Breakout once went 1.1 -> 1.6e-7 in ~140 updates
-# and its return from 58 to 0 (benchmarks/results/time_to_score-breakout-collapsed*).
+# Below this the policy is (nearly) deterministic on the states being played. Breakout once went
+# 1.1 -> 1.6e-7 in ~140 updates and its return from 58 to 0, yet the same weights played normally
+# after a resume: benchmarks/results/breakout-collapse-diagnosis.json.
 COLLAPSED_ENTROPY = 1e-3
 EXIT_SIGNALLED = 75  # stopped by a signal after writing a checkpoint: resume with --resume RUN_DIR
 
@@ -376,9 +377,10 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                     if last_stats.entropy < COLLAPSED_ENTROPY and not collapse_warned:
                         collapse_warned = True
                         print(f"ba3c: warning: policy entropy {max(last_stats.entropy, 0.0):.1e} at update {updates:,}: the "
-                              f"policy has collapsed onto one action and may not recover. Stop, and --resume from a "
-                              f"checkpoint before this point (they rotate: copy one out) with a lower --lr.",
-                              file=sys.stderr, flush=True)
+                              f"policy has collapsed onto one action on the states it now sees. Once (Breakout) "
+                              f"this was the simulators, not the network: stop and --resume (fresh simulators); if "
+                              f"it recurs, resume from an earlier checkpoint (they rotate: copy one out), perhaps "
+                              f"with a lower --lr.", file=sys.stderr, flush=True)
                     last_log_t, last_log_updates = now, updates
                 if evaluator is not None and frames_at(updates) >= next_eval:
                     evaluator.submit([np.array(w) for w in model.get_weights()], frames_at(updates), updates,
