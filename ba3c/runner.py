@@ -395,6 +395,9 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                 break
         learner.flush()  # every rank: an overlapped last update must finish its exchange
     finally:
+        # Stopped before the end phase: a long final evaluation must not trip it. A rank that fails
+        # from here on exits at once (train.py), which ends the job under mpirun.
+        watchdog.stop.set()
         sim_thread.stop.set()
         sim_thread.join(timeout=10)
         sim.close()
@@ -418,9 +421,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
             print(f"ba3c: done: {frames_at(updates):,} frames, {updates:,} updates"
                   + (f"; curve {curve}" if curve else ""), flush=True)
     # Nobody leaves before rank 0 has written: mpirun kills the whole job when one rank exits non-zero.
-    # The watchdog still runs here, so a rank 0 that never arrives cannot hold the others for ever.
     dist.barrier()
-    watchdog.stop.set()
     return status
 
 
