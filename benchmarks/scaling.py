@@ -109,7 +109,7 @@ def run_trainer(r: int, threads: int, layout: str, seconds: float, warmup: float
              "--train-batch", str(args.train_batch), "--env-threads", str(threads),
              "--intra-op-threads", str(threads), "--inter-op-threads", "1", "--log-interval-s", "2",
              "--stats-interval-updates", "5", "--checkpoint-interval-min", "1000", "--lr-scaling", "none",
-             "--exchange", exchange, *getattr(args, "trainer_extra", [])]
+             "--exchange", exchange, *args.trainer_extra]
     if independent:
         # The control: the same r processes, placed the same way, but no exchange at all (each its
         # own single-rank run). What they lose against one rank alone is the machine's, not ours.
@@ -151,10 +151,9 @@ def run_trainer(r: int, threads: int, layout: str, seconds: float, warmup: float
         a, b = steady[0], steady[-1]
         dt = float(b["time_s"]) - float(a["time_s"])
         du = int(b["updates"]) - int(a["updates"])
-        out["frames_per_s"] = (int(b["frames"]) - int(a["frames"])) / dt
+        # all ranks' frames: one run's rows, or each control run's over its own steady window
+        out["frames_per_s"] = sum(steady_fps(read_csv(os.path.join(d, "progress.csv")), warmup) for d in rank_dirs)
         out["updates_per_s"] = du / dt
-        if independent:  # all r runs' frames over their own steady windows
-            out["frames_per_s"] = sum(steady_fps(read_csv(os.path.join(d, "progress.csv")), warmup) for d in rank_dirs)
         out["window_s"] = dt
         # the per-update split over the same steady window, from rank 0's cumulative stage timers
         out["ms_per_update_rank0"] = {k[2:]: 1000 * (float(b[k] or 0) - float(a[k] or 0)) / max(du, 1)
