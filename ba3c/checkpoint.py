@@ -14,9 +14,11 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
+
+from ba3c.files import atomic_write
 
 _NAME = re.compile(r"ckpt-(\d{10})\.npz$")
 
@@ -28,32 +30,14 @@ class Checkpoint:
     meta: dict[str, Any]
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def save(ckpt_dir: str, updates: int, arrays: list[np.ndarray], meta: dict[str, Any], keep: int) -> str:
     os.makedirs(ckpt_dir, exist_ok=True)
     buf = io.BytesIO()
     np.savez(buf, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **{f"a{i}": a for i, a in enumerate(arrays)})
     data = buf.getvalue()
     path = os.path.join(ckpt_dir, f"ckpt-{updates:010d}.npz")
-    _atomic_write(path[:-4] + ".sha256", hashlib.sha256(data).hexdigest().encode())
-    _atomic_write(path, data)
-    _fsync_dir(ckpt_dir)
+    atomic_write(path[:-4] + ".sha256", hashlib.sha256(data).hexdigest().encode())
+    atomic_write(path, data)
     for old in list_checkpoints(ckpt_dir)[:-keep]:
         for p in (old, old[:-4] + ".sha256"):
             if os.path.exists(p):
@@ -68,7 +52,8 @@ def list_checkpoints(ckpt_dir: str) -> list[str]:
     return sorted(os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if _NAME.match(n))
 
 
-def _read_verified(path: str) -> Checkpoint:
+def read_verified(path: str) -> Checkpoint:
+    """One named checkpoint file, checked against its .sha256; raises ValueError (or OSError) if unusable."""
     with open(path, "rb") as fh:
         data = fh.read()
     sha_path = path[:-4] + ".sha256"
@@ -90,7 +75,22 @@ def load_latest(ckpt_dir: str) -> Checkpoint | None:
     """Newest checkpoint that verifies; bad newer ones are named in a warning and skipped."""
     for path in reversed(list_checkpoints(ckpt_dir)):
         try:
-            return _read_verified(path)
+            return read_verified(path)
         except Exception as e:  # any unreadable file: fall back to the next older one
             print(f"ba3c: WARNING: skipping checkpoint {path}: {e}", file=sys.stderr, flush=True)
     return None
+
+
+def assign_arrays(variables: Sequence, arrays: Sequence[np.ndarray], source: str) -> None:
+    """Copy `arrays` into `variables` (model weights, then optimizer slots) in order, all or none.
+
+    Count and shapes are checked before the first assignment, so a checkpoint that does not fit
+    leaves the model as it was; the ValueError names the `source` of the arrays.
+    """
+    if len(arrays) != len(variables):
+        raise ValueError(f"{source} holds {len(arrays)} arrays, the model needs {len(variables)}")
+    for v, a in zip(variables, arrays):
+        if tuple(v.shape) != tuple(a.shape):
+            raise ValueError(f"{source}: array for {v.path} has shape {a.shape}, the model needs {tuple(v.shape)}")
+    for v, a in zip(variables, arrays):
+        v.assign(a)

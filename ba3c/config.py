@@ -11,9 +11,10 @@ import dataclasses
 import difflib
 import json
 import math
-import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
+
+from ba3c.files import write_json
 
 MODELS = ("auto", "nature", "paper", "mlp")
 CLIP_MODES = ("global", "avg")
@@ -256,12 +257,7 @@ def load_json(path: str) -> dict[str, Any]:
 
 
 def save_json(cfg: Config, path: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(cfg.to_dict(), fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_json(path, cfg.to_dict())
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:

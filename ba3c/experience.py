@@ -1,7 +1,8 @@
 """Per-environment n-step buffers, bootstrapped returns and advantages, and batch assembly.
 
-Pure numpy. Fed one predictor batch at a time (observations with the value and action the
-predictor chose for them, and the reward/termination of the step that produced them). Each
+Pure numpy. Fed one predictor batch at a time (a simulator `Batch`: observations with the
+reward/termination of the step that produced them, plus the value and action the predictor
+chose for them). Each
 environment keeps up to `n_step` transitions; a segment is flushed when it is full (bootstrap
 from the value of the next observation), on termination (bootstrap 0) or on truncation
 (bootstrap from the value of the final observation, which is a real state, not a terminal one).
@@ -11,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from ba3c.simulators import Batch
 
 
 @dataclass
@@ -54,22 +57,22 @@ class Experience:
     """Turns the stream of predictor batches into fixed-size training batches."""
 
     def __init__(self, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype, n_step: int,
-                 gamma: float, batch_size: int, clip_rewards: bool) -> None:
-        self.n_step, self.gamma, self.batch_size, self.clip_rewards = n_step, gamma, batch_size, clip_rewards
+                 gamma: float, train_batch: int, clip_rewards: bool) -> None:
+        self.n_step, self.gamma, self.train_batch, self.clip_rewards = n_step, gamma, train_batch, clip_rewards
         self._bufs = [_EnvBuffer() for _ in range(num_envs)]
-        self._obs = np.empty((batch_size, *obs_shape), obs_dtype)
-        self._act = np.empty(batch_size, np.int32)
-        self._ret = np.empty(batch_size, np.float32)
-        self._adv = np.empty(batch_size, np.float32)
+        self._obs = np.empty((train_batch, *obs_shape), obs_dtype)
+        self._act = np.empty(train_batch, np.int32)
+        self._ret = np.empty(train_batch, np.float32)
+        self._adv = np.empty(train_batch, np.float32)
         self._fill = 0
 
-    def add(self, env_ids: np.ndarray, obs: np.ndarray, rewards: np.ndarray, terminated: np.ndarray,
-            truncated: np.ndarray, values: np.ndarray, actions: np.ndarray
-            ) -> tuple[list[TrainBatch], list[Episode]]:
-        """Record one predictor batch; return the training batches and episodes it completed."""
+    def add(self, batch: Batch, values: np.ndarray, actions: np.ndarray) -> tuple[list[TrainBatch], list[Episode]]:
+        """Record one predictor batch and the predictor's values and actions for it; return the
+        training batches and episodes it completed."""
+        obs, rewards, terminated, truncated = batch.obs, batch.reward, batch.terminated, batch.truncated
         batches: list[TrainBatch] = []
         episodes: list[Episode] = []
-        for j, e in enumerate(env_ids):
+        for j, e in enumerate(batch.env_ids):
             b = self._bufs[int(e)]
             if b.resetting:  # this obs opens a new episode; its reward belongs to no action of ours
                 b.resetting = False
@@ -102,7 +105,7 @@ class Experience:
                 self._ret[i] = rets[k]
                 self._adv[i] = rets[k] - b.values[k]
                 self._fill += 1
-                if self._fill == self.batch_size:
+                if self._fill == self.train_batch:
                     out.append(TrainBatch(self._obs.copy(), self._act.copy(), self._ret.copy(),
                                           self._adv.copy()))
                     self._fill = 0

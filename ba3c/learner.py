@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ba3c.checkpoint import assign_arrays
 from ba3c.config import LearnConfig
 from ba3c.dist import Dist
 from ba3c.experience import TrainBatch
@@ -50,14 +51,25 @@ class Learner:
         self.opt = keras.optimizers.Adam(learning_rate=lr, beta_1=cfg.beta1, beta_2=cfg.beta2, epsilon=cfg.adam_eps)
         self.opt.build(model.trainable_variables)
         self.updates = 0
-        exchange_in_graph = dist.graph_allreduce and dist.size > 1  # one rank: skip the ~3 ms allreduce
-        self._fused = tf.function(lambda o, a, r, adv: self._step(o, a, r, adv, exchange_in_graph), jit_compile=False)
-        self._grads = tf.function(self._loss_and_grads)
-        self._apply = tf.function(self._apply_grads)
-        self._exchange_apply_graph = tf.function(lambda gs: self._apply_grads(self.dist.graph_average(list(gs))))
-        # overlap mode: one worker thread averages and applies update k while the caller computes k+1
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="ExchangeThread") if cfg.exchange == "overlap" else None
         self._pending: Future | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        # How gradients are exchanged is decided here, once: inside the compiled step (Horovod),
+        # on the host as one flat buffer (mpi4py), or not at all (one rank: skip the ~3 ms allreduce).
+        in_graph = dist.graph_allreduce and dist.size > 1
+        on_host = not dist.graph_allreduce and dist.size > 1
+        average_in_graph = dist.graph_average if in_graph else list
+        self._grads = tf.function(self._loss_and_grads)
+        self._apply = tf.function(lambda grads: self._apply_grads(average_in_graph(list(grads))))
+        self._average_on_host = self._average_host if on_host else list
+        if cfg.exchange == "overlap":
+            # one worker thread averages and applies update k while the caller computes k+1
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="ExchangeThread")
+            self._update = self._update_overlapped
+        elif on_host:
+            self._update = self._update_host
+        else:  # gradients, (in-graph) average, clipping and Adam as one compiled call
+            self._fused = tf.function(lambda *batch: self._fused_step(average_in_graph, *batch))
+            self._update = self._update_fused
 
     # ---- graph pieces
     def _loss_and_grads(self, obs, actions, returns, advantages):
@@ -79,11 +91,9 @@ class Learner:
         self.opt.apply_gradients(zip(clipped, self.model.trainable_variables))
         return norm
 
-    def _step(self, obs, actions, returns, advantages, exchange: bool):
+    def _fused_step(self, average, obs, actions, returns, advantages):
         grads, losses = self._loss_and_grads(obs, actions, returns, advantages)
-        if exchange:
-            grads = self.dist.graph_average(list(grads))
-        return losses, self._apply_grads(grads)
+        return losses, self._apply_grads(average(list(grads)))
 
     # ---- host side
     def current_lr(self) -> float:
@@ -92,31 +102,40 @@ class Learner:
         return self.base_lr * min(1.0, (self.updates + 1) / self.warmup)
 
     def train(self, batch: TrainBatch) -> StepStats:
-        tf = self._tf
         t0 = time.perf_counter()
+        tf = self._tf
         args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns),
                 tf.constant(batch.advantages))
-        ex_s = 0.0
-        if self._pool is not None:
-            grads, losses = self._grads(*args)  # runs while the previous update is exchanged and applied
-            t1 = time.perf_counter()
-            norm = self.flush()
-            ex_s = time.perf_counter() - t1  # exchange time not hidden behind this gradient computation
-            self.opt.learning_rate.assign(self.current_lr())
-            self._pending = self._pool.submit(self._exchange_apply, list(grads))
-        elif self.dist.size == 1 or self.dist.graph_allreduce:
-            self.opt.learning_rate.assign(self.current_lr())
-            losses, norm = self._fused(*args)
-        else:
-            self.opt.learning_rate.assign(self.current_lr())
-            grads, losses = self._grads(*args)
-            t1 = time.perf_counter()
-            grads = self._average_host(grads)
-            ex_s = time.perf_counter() - t1
-            norm = self._apply(grads)
+        losses, norm, exchange_s = self._update(args)
         pl, vl, ent = (float(x) for x in losses.numpy())
         self.updates += 1
-        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, ex_s)
+        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s)
+
+    # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds).
+    def _update_fused(self, args: tuple) -> tuple:
+        self.opt.learning_rate.assign(self.current_lr())
+        losses, norm = self._fused(*args)
+        return losses, norm, 0.0
+
+    def _update_host(self, args: tuple) -> tuple:
+        self.opt.learning_rate.assign(self.current_lr())
+        grads, losses = self._grads(*args)
+        t1 = time.perf_counter()
+        grads = self._average_host(grads)
+        exchange_s = time.perf_counter() - t1
+        return losses, self._apply(grads), exchange_s
+
+    def _update_overlapped(self, args: tuple) -> tuple:
+        grads, losses = self._grads(*args)  # runs while the previous update is exchanged and applied
+        t1 = time.perf_counter()
+        norm = self.flush()
+        exchange_s = time.perf_counter() - t1  # exchange time not hidden behind this gradient computation
+        self.opt.learning_rate.assign(self.current_lr())
+        self._pending = self._pool.submit(self._exchange_apply, list(grads))
+        return losses, norm, exchange_s
+
+    def _exchange_apply(self, grads: list) -> float:
+        return float(self._apply(self._average_on_host(grads)))
 
     def _average_host(self, grads: list) -> list:
         """mpi4py path: one flattened float32 buffer, allreduced in place."""
@@ -130,13 +149,6 @@ class Learner:
             i += n
         return out
 
-    def _exchange_apply(self, grads: list) -> float:
-        if self.dist.size == 1:
-            return float(self._apply(grads))
-        if self.dist.graph_allreduce:
-            return float(self._exchange_apply_graph(grads))
-        return float(self._apply(self._average_host(grads)))
-
     def flush(self) -> float:
         """Wait for an update still being exchanged (overlap mode); returns its gradient norm."""
         if self._pending is None:
@@ -149,19 +161,13 @@ class Learner:
         self.flush()
         return [np.asarray(v.numpy()) for v in self.model.weights] + [np.asarray(v.numpy()) for v in self.opt.variables]
 
-    def load_state_arrays(self, arrays: list[np.ndarray]) -> None:
-        targets = list(self.model.weights) + list(self.opt.variables)
-        if len(arrays) != len(targets):
-            raise ValueError(f"checkpoint holds {len(arrays)} arrays, this model and optimizer need {len(targets)}")
-        for v, a in zip(targets, arrays):
-            if tuple(v.shape) != tuple(a.shape):
-                raise ValueError(f"checkpoint array for {v.path} has shape {a.shape}, model needs {tuple(v.shape)}")
-            v.assign(a)
+    def load_state_arrays(self, arrays: list[np.ndarray], source: str = "checkpoint") -> None:
+        assign_arrays(list(self.model.weights) + list(self.opt.variables), arrays, f"{source} (weights and Adam state)")
 
     def broadcast_from_root(self) -> None:
         """Every rank takes rank 0's weights and optimizer state (start and resume)."""
         if self.dist.size > 1:
-            self.load_state_arrays(self.dist.broadcast_arrays(self.state_arrays()))
+            self.load_state_arrays(self.dist.broadcast_arrays(self.state_arrays()), "rank 0's broadcast")
 
     def weights_checksum(self) -> float:
         self.flush()

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import json
+import io
 import os
 import platform
 import socket
 import subprocess
 import threading
 from typing import Any
+
+from ba3c.files import atomic_write, write_json
 
 EVAL_FIELDS = ["time_s", "frames", "updates", "policy", "episodes", "score_mean", "score_std", "score_median",
                "score_min", "score_max", "length_mean"]
@@ -78,23 +80,14 @@ class RunWriter:
         """Drop rows logged after the checkpoint we resume from: they will be trained again."""
         with open(self.csv_path, newline="") as fh:
             rows = [r for r in csv.DictReader(fh) if r.get("updates") and int(float(r["updates"])) <= keep_upto_updates]
-        tmp = self.csv_path + ".tmp"
-        with open(tmp, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=PROGRESS_FIELDS, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.csv_path)
+        text = io.StringIO(newline="")
+        w = csv.DictWriter(text, fieldnames=PROGRESS_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write(self.csv_path, text.getvalue())
 
     def write_json(self, name: str, data: dict[str, Any]) -> None:
-        path = os.path.join(self.run_dir, name)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True, default=str)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_json(os.path.join(self.run_dir, name), data)
 
     def log(self, row: dict[str, Any], scalars: dict[str, float], step: int) -> None:
         with self._lock:

@@ -1,432 +1,241 @@
-"""Wiring: simulation thread, learner loop, statistics, signals, logging and checkpoints."""
+"""`Trainer`: one rank's pipeline wired together, and the training loop.
+
+Construction builds simulators, model, learner and the worker threads, restores a resumed run
+(rank 0 reads the checkpoint, every rank gets its state by broadcast) and, on rank 0, opens the
+report. `run()` is the loop: take a train batch, make one update, and every
+--stats-interval-updates updates a sync point (`_sync`) in which every rank takes part; `_finish()`
+writes the end. The threads live in `ba3c.workers`, rank 0's words and files in `ba3c.report`.
+"""
 from __future__ import annotations
 
-import collections
 import math
 import os
-import queue
-import signal
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ba3c import checkpoint as ckpt
-from ba3c.config import Config, save_json, scaled_lr
+from ba3c.config import Config, scaled_lr
 from ba3c.dist import Dist
-from ba3c.experience import Episode, Experience, TrainBatch
-from ba3c.predictor import sample_actions
-from ba3c.simulators import EnvSpec, Simulator, make_simulator
+from ba3c.evaluation import evaluate_model
+from ba3c.experience import Experience, TrainBatch
+from ba3c.learner import Learner, StepStats
+from ba3c.model import build_model, resolve_model_kind
+from ba3c.predictor import Predictor
+from ba3c.report import Reporter
+from ba3c.rundir import base_meta, now_iso
+from ba3c.simulators import EnvSpec, make_simulator
+from ba3c.state import RunState
+from ba3c.workers import (EXIT_SIGNALLED, EvalThread, SignalFlag, SimulationThread, Timers, WatchdogThread,
+                          configure_tensorflow, cores_available)
 
-# Below this the policy is (nearly) deterministic on the states being played. Breakout once went
-# 1.1 -> 1.6e-7 in ~140 updates and its return from 58 to 0, yet the same weights played normally
-# after a resume: benchmarks/results/breakout-collapse-diagnosis.json.
-COLLAPSED_ENTROPY = 1e-3
-EXIT_SIGNALLED = 75  # stopped by a signal after writing a checkpoint: resume with --resume RUN_DIR
-
-
-def cores_available() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+__all__ = ["Trainer", "train", "configure_tensorflow", "cores_available"]  # the last two: benchmarks import them here
 
 
-def configure_tensorflow(cfg: Config) -> None:
-    import tensorflow as tf
+class RankStats(NamedTuple):
+    """What each rank sends rank 0 at a sync point."""
 
-    tf.config.threading.set_intra_op_parallelism_threads(cfg.run.intra_op_threads or cores_available())
-    tf.config.threading.set_inter_op_parallelism_threads(cfg.run.inter_op_threads or 2)
-
-
-@dataclass
-class Timers:
-    """Seconds spent per stage, accumulated by the thread that owns each key."""
-
-    seconds: dict[str, float] = field(default_factory=lambda: collections.defaultdict(float))
-
-    def add(self, key: str, t0: float) -> float:
-        t1 = time.perf_counter()
-        self.seconds[key] += t1 - t0
-        return t1
+    episodes: list[tuple[float, int]]  # (score, length) of the episodes finished since the last sync point
+    sim_s: dict[str, float]            # simulation thread's seconds per stage so far
+    learn_s: dict[str, float]          # learner's seconds per stage so far
+    cpu_s: float                       # this process's CPU seconds since it began training
 
 
-class SimulationThread(threading.Thread):
-    """Simulators -> predictor -> experience -> bounded queue of train batches."""
-
-    def __init__(self, sim: Simulator, predictor, experience: Experience, out: "queue.Queue[TrainBatch]",
-                 rng: np.random.Generator, env_seed: int) -> None:
-        super().__init__(name="SimulationThread", daemon=True)
-        self.sim, self.predictor, self.experience, self.out, self.rng = sim, predictor, experience, out, rng
-        self.env_seed = env_seed
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.timers = Timers()
-        self._episodes: list[Episode] = []
-        self._lock = threading.Lock()
-
-    def drain_episodes(self) -> list[Episode]:
-        with self._lock:
-            eps, self._episodes = self._episodes, []
-        return eps
-
-    def run(self) -> None:
-        try:
-            b = self.sim.reset(self.env_seed)
-            while not self.stop.is_set():
-                t = time.perf_counter()
-                logits, values = self.predictor(b.obs)
-                actions = sample_actions(logits, self.rng)
-                t = self.timers.add("predict", t)
-                self.sim.send(actions)
-                batches, episodes = self.experience.add(b.env_ids, b.obs, b.reward, b.terminated, b.truncated,
-                                                        values, actions)
-                if episodes:
-                    with self._lock:
-                        self._episodes.extend(episodes)
-                t = self.timers.add("experience", t)
-                for tb in batches:
-                    while not self.stop.is_set():
-                        try:
-                            self.out.put(tb, timeout=0.2)
-                            break
-                        except queue.Full:
-                            pass
-                t = self.timers.add("queue_put_wait", t)
-                b = self.sim.recv()
-                self.timers.add("env", t)
-        except BaseException as e:  # surfaced by the learner loop, which owns the process
-            self.error = e
+def config_changes(old: dict[str, dict[str, Any]], new: Config) -> dict[str, list[Any]]:
+    """Option -> [old value, new value] for every option a resume changes (the resume path aside)."""
+    before = {k: v for group in old.values() for k, v in group.items()}
+    after = {k: v for group in new.to_dict().values() for k, v in group.items()}
+    return {k: [before.get(k), v] for k, v in after.items() if before.get(k) != v and k != "resume"}
 
 
-class WatchdogThread(threading.Thread):
-    """Ends the process when updates stop: a rank lost mid-allreduce must not hang the job for ever.
-
-    Under mpirun a dead rank already ends the job within seconds; this covers launchers that do not
-    notice, and a rank stuck in a collective. Exit status 70; rerun with --resume.
-    """
-
-    def __init__(self, timeout_s: float, rank: int) -> None:
-        super().__init__(name="WatchdogThread", daemon=True)
-        self.timeout_s, self.rank = timeout_s, rank
-        self.last_progress = time.monotonic()
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(min(10.0, self.timeout_s / 4)):
-            idle = time.monotonic() - self.last_progress
-            if idle > self.timeout_s:
-                print(f"ba3c: rank {self.rank}: no update completed for {idle / 60:.1f} min (another rank lost, or "
-                      f"stuck in an allreduce); aborting. Rerun with --resume RUN_DIR.", file=sys.stderr, flush=True)
-                os._exit(70)
-
-
-class EvalThread(threading.Thread):
-    """Rank 0's periodic evaluation on a snapshot of the weights, beside training (never blocking it)."""
-
-    def __init__(self, model_kind: str, spec: EnvSpec, cfg: Config, writer, obs_shape, num_actions: int) -> None:
-        super().__init__(name="EvalThread", daemon=True)
-        from ba3c.model import build_model
-
-        self.model = build_model(model_kind, obs_shape, num_actions, seed=cfg.sim.seed)
-        self.spec, self.cfg, self.writer = spec, cfg, writer
-        self.jobs: "queue.Queue[tuple[list[np.ndarray], int, int, float] | None]" = queue.Queue(maxsize=1)
-        self.error: BaseException | None = None
-
-    def submit(self, weights: list[np.ndarray], frames: int, updates: int, time_s: float) -> bool:
-        try:
-            self.jobs.put_nowait((weights, frames, updates, time_s))
-            return True
-        except queue.Full:  # the previous evaluation is still running: skip this one
-            return False
-
-    def run(self) -> None:
-        from ba3c.evaluate import evaluate_model
-
-        r = self.cfg.run
-        while (job := self.jobs.get()) is not None:
-            weights, frames, updates, time_s = job
-            try:
-                self.model.set_weights(weights)
-                res = evaluate_model(self.model, self.spec, r.eval_episodes, r.eval_policy,
-                                     num_envs=min(r.eval_episodes, 16), max_episode_frames=self.cfg.sim.max_episode_frames,
-                                     seed=10_000 + updates, num_threads=1)
-                sc = res["score"]
-                self.writer.log_eval({"time_s": round(time_s, 2), "frames": frames, "updates": updates,
-                                      "policy": r.eval_policy, "episodes": res["episodes"],
-                                      "score_mean": sc["mean"], "score_std": sc["std"], "score_median": sc["median"],
-                                      "score_min": sc["min"], "score_max": sc["max"],
-                                      "length_mean": res["length_steps"]["mean"]}, frames)
-                print(f"ba3c: eval at {frames:,} frames: {r.eval_policy} score {sc['mean']:.2f} +- {sc['std']:.2f} "
-                      f"over {res['episodes']} episodes", flush=True)
-            except BaseException as e:  # reported, never fatal to training
-                print(f"ba3c: WARNING: evaluation failed: {e}", file=sys.stderr, flush=True)
-
-
-class SignalFlag:
-    """SIGTERM / SIGINT / SIGUSR1 ask for a checkpoint and a clean stop; a second SIGINT exits at once."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._old: dict[int, Any] = {}
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-            self._old[s] = signal.signal(s, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            os._exit(130)  # files are only ever replaced atomically, so nothing is left half-written
-        self.received = signum
-        print(f"\nba3c: got {signal.Signals(signum).name}: checkpointing at the next sync point "
-              f"(press Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
-
-    def restore(self) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-
-def fmt_duration(s: float) -> str:
-    if not math.isfinite(s):
-        return "?"
-    s = int(s)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, flag: "SignalFlag | None" = None) -> int:
+def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, flag: SignalFlag | None = None) -> int:
     """Run training to `total_frames`; returns the process exit status."""
-    import tensorflow as tf  # noqa: F401  (after configure_tensorflow in the caller)
+    return Trainer(cfg, spec, dist, run_dir, resume, flag).run()
 
-    from ba3c.learner import Learner
-    from ba3c.model import build_model, resolve_model_kind
-    from ba3c.predictor import Predictor
-    from ba3c.rundir import RunWriter, base_meta, now_iso, plot_curve
 
-    s, l, r = cfg.sim, cfg.learn, cfg.run
-    rank, world = dist.rank, dist.size
-    batch_size = s.predict_batch if spec.kind == "atari" else s.num_envs
-    sim = make_simulator(spec, s.num_envs, batch_size, s.env_threads or cores_available(), s.max_episode_frames)
-    model_kind = resolve_model_kind(l.model, sim.obs_shape)
-    model = build_model(model_kind, sim.obs_shape, sim.num_actions, seed=s.seed)  # same init on every rank
-    lr = scaled_lr(cfg, world)
-    learner = Learner(model, l, dist, lr, l.warmup_updates if lr > l.lr else 0)
+class Trainer:
+    def __init__(self, cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool,
+                 flag: SignalFlag | None = None) -> None:
+        self.cfg, self.spec, self.dist, self.run_dir = cfg, spec, dist, run_dir
+        self.ckpt_dir = os.path.join(run_dir, "checkpoints")
+        self._build_pipeline()
+        state, changes = self._restore() if resume and dist.is_root else (RunState(), {})
+        self.state = state.broadcast(dist)
+        self.learner.broadcast_from_root()
+        self.learner.updates = self.state.updates
+        self.frames_per_update = cfg.learn.train_batch * dist.size * spec.frames_per_step
+        # Frames so far come from the checkpoint: a resume may change the world size, hence frames per update.
+        self.total_updates = self.state.updates + max(
+            0, math.ceil((cfg.run.total_frames - self.state.frames) / self.frames_per_update))
+        self.report = self._open_report(resume, changes) if dist.is_root else None
+        self._build_workers()
+        if flag is None:  # the entry point installs it before the slow start-up; library callers get one here
+            flag = SignalFlag()
+            flag.install()
+        self.flag = flag
+        self.stats: StepStats | None = None  # the last update's
+        self.last_checkpoint_t = 0.0
 
-    # ---- resume (rank 0 reads, everyone gets the state by broadcast)
-    start_updates, start_episodes, start_frames, prior_time, prior_cpu = 0, 0, 0, 0.0, 0.0
-    ckpt_dir = os.path.join(run_dir, "checkpoints")
-    meta_prev: dict[str, Any] = {}
-    cpu_from_start = True  # False once resumed from a checkpoint that did not count CPU seconds from the start
-    config_changes: dict[str, list[Any]] = {}
-    if resume and dist.is_root:
-        c = ckpt.load_latest(ckpt_dir)
+    def _build_pipeline(self) -> None:
+        s, l = self.cfg.sim, self.cfg.learn
+        self.sim = make_simulator(self.spec, s.num_envs, s.predict_batch, s.env_threads or cores_available(),
+                                  s.max_episode_frames)
+        self.model_kind = resolve_model_kind(l.model, self.sim.obs_shape)
+        self.model = build_model(self.model_kind, self.sim.obs_shape, self.sim.num_actions, seed=s.seed)  # same init on every rank
+        self.lr = scaled_lr(self.cfg, self.dist.size)
+        self.learner = Learner(self.model, l, self.dist, self.lr, l.warmup_updates if self.lr > l.lr else 0)
+
+    def _restore(self) -> tuple[RunState, dict[str, list[Any]]]:
+        """Rank 0, on resume: the newest valid checkpoint into the learner; returns its run state and the config changes."""
+        c = ckpt.load_latest(self.ckpt_dir)
         if c is None:
-            print(f"ba3c: no valid checkpoint in {ckpt_dir}; starting from scratch", file=sys.stderr)
-        else:
-            learner.load_state_arrays(c.arrays)
-            meta_prev = c.meta
-            old_cfg = {k: v for g in c.meta.get("config", {}).values() for k, v in g.items()}
-            new_cfg = {k: v for g in cfg.to_dict().values() for k, v in g.items()}
-            config_changes = {k: [old_cfg.get(k), v] for k, v in new_cfg.items() if old_cfg.get(k) != v and k != "resume"}
-            if config_changes:
-                print(f"ba3c: resume changes {', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in config_changes.items())}")
-            start_updates, start_episodes = int(c.meta["updates"]), int(c.meta["episodes"])
-            start_frames = int(c.meta["frames"])
-            prior_time = float(c.meta.get("time_s", 0.0))
-            if "cpu_s" not in c.meta:
-                print("ba3c: this checkpoint predates CPU accounting; cpu_s counts from this resume", file=sys.stderr)
-            prior_cpu = float(c.meta.get("cpu_s", 0.0))
-            cpu_from_start = bool(c.meta.get("cpu_s_from_start", False))
-            print(f"ba3c: resuming from {c.path} (update {start_updates:,}, "
-                  f"{int(c.meta['frames']):,} frames; trained on {c.meta.get('world_size')} ranks, now {world})")
-    start_updates, start_episodes, start_frames, prior_time, prior_cpu = dist.broadcast_obj(
-        (start_updates, start_episodes, start_frames, prior_time, prior_cpu))
-    learner.broadcast_from_root()
-    learner.updates = start_updates
+            print(f"ba3c: no valid checkpoint in {self.ckpt_dir}; starting from scratch", file=sys.stderr)
+            return RunState(), {}
+        self.learner.load_state_arrays(c.arrays)
+        changes = config_changes(c.meta.get("config", {}), self.cfg)
+        if changes:
+            print(f"ba3c: resume changes {', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in changes.items())}")
+        if "cpu_s" not in c.meta:
+            print("ba3c: this checkpoint predates CPU accounting; cpu_s counts from this resume", file=sys.stderr)
+        state = RunState.from_meta(c.meta)
+        print(f"ba3c: resuming from {c.path} (update {state.updates:,}, {state.frames:,} frames; "
+              f"trained on {c.meta.get('world_size')} ranks, now {self.dist.size})")
+        return state, changes
 
-    global_batch = l.train_batch * world
-    frames_per_update = global_batch * spec.frames_per_step
-    # frames so far come from the checkpoint: a resume may change the world size, hence frames per update
-    total_updates = start_updates + max(0, math.ceil((r.total_frames - start_frames) / frames_per_update))
+    def _open_report(self, resumed: bool, changes: dict[str, list[Any]]) -> Reporter:
+        meta = {**base_meta(self.dist.name, self.dist.size), "start": now_iso(), "end": None, "model": self.model_kind,
+                "env": {"kind": self.spec.kind, "name": self.spec.name},
+                "global_batch": self.cfg.learn.train_batch * self.dist.size, "lr_effective": self.lr,
+                "num_params": int(self.model.count_params()),
+                "resumed_from_update": self.state.updates if resumed else None, "config_changes_on_resume": changes}
+        return Reporter(self.run_dir, self.cfg, meta, self.state, self.total_updates, self.frames_per_update, resumed)
 
-    writer = None
-    if dist.is_root:
-        writer = RunWriter(run_dir, start_updates if resume else None)
-        save_json(cfg, os.path.join(run_dir, "config.json"))
-        meta = {**base_meta(dist.name, world), "start": now_iso(), "end": None, "model": model_kind,
-                "env": {"kind": spec.kind, "name": spec.name}, "global_batch": global_batch, "lr_effective": lr,
-                "num_params": int(model.count_params()), "resumed_from_update": start_updates if resume else None,
-                "config_changes_on_resume": config_changes}
-        writer.write_json("meta.json", meta)
-        print(f"ba3c: {spec.kind}:{spec.name} model={model_kind} ({model.count_params():,} params) ranks={world} "
-              f"dist={dist.name} global_batch={global_batch} lr={lr:.2e} -> {run_dir}", flush=True)
+    def _build_workers(self) -> None:
+        s, l, r = self.cfg.sim, self.cfg.learn, self.cfg.run
+        rank, sim = self.dist.rank, self.sim
+        rng = np.random.default_rng([s.seed, rank, self.state.updates])
+        # Disjoint seed blocks per rank (seed + rank), shifted on resume so emulators do not replay starts.
+        env_seed = (s.seed + rank) * s.num_envs + self.state.updates * 7919
+        exp = Experience(s.num_envs, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch,
+                         clip_rewards=self.spec.kind == "atari")
+        self.sim_thread = SimulationThread(sim, Predictor(self.model, sim.obs_shape, sim.obs_dtype), exp, rng,
+                                           env_seed, r.queue_batches)
+        self.learn_timers = Timers()
+        self.watchdog = WatchdogThread(r.hang_timeout_min * 60, rank)
+        self.evaluator: EvalThread | None = None
+        if self.report is not None and r.eval_every_frames:
+            snapshot = build_model(self.model_kind, sim.obs_shape, sim.num_actions, seed=s.seed)
+            self.evaluator = EvalThread(snapshot, self._evaluate, self.report.evaluation)
+        self.next_eval = (self.state.frames // r.eval_every_frames + 1) * r.eval_every_frames if r.eval_every_frames else 0
 
-    rng = np.random.default_rng([s.seed, rank, start_updates])
-    # Disjoint seed blocks per rank (seed + rank), shifted on resume so emulators do not replay starts.
-    env_seed = (s.seed + rank) * s.num_envs + start_updates * 7919
-    q: queue.Queue[TrainBatch] = queue.Queue(maxsize=r.queue_batches)
-    exp = Experience(s.num_envs, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch,
-                     clip_rewards=spec.kind == "atari")
-    sim_thread = SimulationThread(sim, Predictor(model, sim.obs_shape, sim.obs_dtype), exp, q, rng, env_seed)
-    if flag is None:  # the entry point installs it before the slow start-up; library callers get one here
-        flag = SignalFlag()
-        flag.install()
+    # ---- the loop
+    def run(self) -> int:
+        """Train to --total-frames, or until the ranks agree to stop; returns the process exit status."""
+        status: int | None = None  # set when the ranks agree to stop early
+        self._start()
+        try:
+            while self.state.updates < self.total_updates and status is None:
+                t = time.perf_counter()
+                batch = self.sim_thread.next_batch()
+                self.learn_timers.add("queue_wait", t)
+                self._train(batch)
+                if self.state.updates % self.cfg.run.stats_interval_updates == 0 or self._last_update():
+                    status = self._sync()
+            self.learner.flush()  # every rank: an overlapped last update must finish its exchange
+        finally:
+            self._stop_threads()
+        return self._finish(status)
 
-    recent: collections.deque[Episode] = collections.deque(maxlen=100)
-    episodes_total = start_episodes
-    learn_timers = Timers()
-    t_start = time.time()
-    cpu_start = time.process_time()  # whole process, every thread (simulators, predictor, learner, eval)
-    cpu_total = prior_cpu  # all ranks, as of the last sync point; rank 0 only
-    last_log_t, last_log_updates = t_start, start_updates
-    last_ckpt_t = t_start
-    last_stats = None
-    collapse_warned = False
-    status = 0
-    stopped_early = False
-    updates = start_updates
+    def _start(self) -> None:
+        self.state.start_clocks()
+        self.last_checkpoint_t = self.state.t_start
+        if self.evaluator is not None:
+            self.evaluator.start()
+        self.sim_thread.start()
+        self.watchdog.start()
 
-    def frames_at(u: int) -> int:
-        return start_frames + (u - start_updates) * frames_per_update
+    def _last_update(self) -> bool:
+        return self.state.updates == self.total_updates
 
-    def save_checkpoint() -> None:
-        meta_c = {"updates": updates, "frames": frames_at(updates), "episodes": episodes_total,
-                  "time_s": prior_time + time.time() - t_start, "cpu_s": cpu_total, "cpu_s_from_start": cpu_from_start,
-                  "world_size": world,
-                  "config": cfg.to_dict(), "rng": {"seed": s.seed}, "model": model_kind,
-                  "num_actions": sim.num_actions, "obs_shape": list(sim.obs_shape)}
-        path = ckpt.save(ckpt_dir, updates, learner.state_arrays(), meta_c, r.keep_checkpoints)
-        print(f"ba3c: checkpoint {path}", flush=True)
+    def _train(self, batch: TrainBatch) -> None:
+        self.stats = self.learner.train(batch)
+        self.learn_timers.seconds["train"] += self.stats.train_s - self.stats.allreduce_s
+        self.learn_timers.seconds["allreduce"] += self.stats.allreduce_s
+        self.state.updates += 1
+        self.state.frames += self.frames_per_update
+        self.watchdog.last_progress = time.monotonic()
+        if self.sim_thread.error is not None:
+            raise self.sim_thread.error
 
-    evaluator = None
-    next_eval = (frames_at(start_updates) // r.eval_every_frames + 1) * r.eval_every_frames if r.eval_every_frames else 0
-    if dist.is_root and r.eval_every_frames:
-        evaluator = EvalThread(model_kind, spec, cfg, writer, sim.obs_shape, sim.num_actions)
-        evaluator.start()
-    watchdog = WatchdogThread(r.hang_timeout_min * 60, rank)
-    sim_thread.start()
-    watchdog.start()
-    try:
-        while updates < total_updates:
-            t = time.perf_counter()
-            while True:
-                try:
-                    batch = q.get(timeout=1.0)
-                    break
-                except queue.Empty:
-                    if sim_thread.error is not None:
-                        raise sim_thread.error
-            t = learn_timers.add("queue_wait", t)
-            last_stats = learner.train(batch)
-            learn_timers.seconds["train"] += last_stats.train_s - last_stats.allreduce_s
-            learn_timers.seconds["allreduce"] += last_stats.allreduce_s
-            updates += 1
-            watchdog.last_progress = time.monotonic()
-            if sim_thread.error is not None:
-                raise sim_thread.error
-            if updates % r.stats_interval_updates and updates != total_updates:
-                continue
-            # ---- sync point: every rank takes part, in the same order
-            eps = sim_thread.drain_episodes()
-            local = ([(e.score, e.length) for e in eps], dict(sim_thread.timers.seconds),
-                     dict(learn_timers.seconds), time.process_time() - cpu_start)
-            gathered = dist.gather(local)
-            timed_out = r.max_minutes > 0 and time.time() - t_start > r.max_minutes * 60
-            stop = dist.any_true(flag.received is not None or timed_out)
-            if dist.is_root:
-                assert gathered is not None and writer is not None
-                for g in gathered:
-                    for score, length in g[0]:
-                        recent.append(Episode(0, score, length, False))
-                    episodes_total += len(g[0])
-                cpu_total = prior_cpu + sum(g[3] for g in gathered)
-                now = time.time()
-                if now - last_log_t >= r.log_interval_s or updates == total_updates or stop:
-                    du, dt_ = updates - last_log_updates, max(now - last_log_t, 1e-9)
-                    fps, ups = frames_at(du) / dt_, du / dt_
-                    rets = [e.score for e in recent]
-                    mean = float(np.mean(rets)) if rets else float("nan")
-                    mean20 = float(np.mean(rets[-20:])) if rets else float("nan")
-                    eta = (total_updates - updates) / ups if ups > 0 else float("inf")
-                    elapsed = prior_time + now - t_start
-                    print(f"[{updates / total_updates:6.1%}] frames {frames_at(updates):,}/{r.total_frames:,} | "
-                          f"{fps:,.0f} fps | {ups:.2f} upd/s | return {mean:.2f} (last {len(rets)}; "
-                          f"{episodes_total} episodes) | elapsed {fmt_duration(elapsed)} ETA {fmt_duration(eta)}",
-                          flush=True)
-                    row = {"time_s": round(elapsed, 2), "cpu_s": round(cpu_total, 1), "frames": frames_at(updates), "updates": updates,
-                           "episodes": episodes_total, "return_mean": mean if rets else "",
-                           "return_mean20": mean20 if rets else "", "return_max": max(rets) if rets else "",
-                           "episode_length_mean": float(np.mean([e.length for e in recent])) if rets else "",
-                           "frames_per_s": round(fps, 1), "updates_per_s": round(ups, 3),
-                           "policy_loss": last_stats.policy_loss, "value_loss": last_stats.value_loss,
-                           "entropy": last_stats.entropy, "grad_norm": last_stats.grad_norm,
-                           "lr": learner.current_lr()}
-                    scalars = {"perf/frames_per_s": fps, "perf/updates_per_s": ups,
-                               "losses/policy": last_stats.policy_loss, "losses/value": last_stats.value_loss,
-                               "losses/entropy": last_stats.entropy, "losses/grad_norm": last_stats.grad_norm}
-                    if rets:
-                        scalars["charts/episode_return"] = mean
-                    for k, v in {**gathered[0][1], **gathered[0][2]}.items():
-                        scalars[f"time/{k}"] = v
-                        row[f"t_{k}"] = round(v, 3)
-                    writer.log(row, scalars, frames_at(updates))
-                    if last_stats.entropy < COLLAPSED_ENTROPY and not collapse_warned:
-                        collapse_warned = True
-                        print(f"ba3c: warning: policy entropy {max(last_stats.entropy, 0.0):.1e} at update {updates:,}: the "
-                              f"policy has collapsed onto one action on the states it now sees. Once (Breakout) "
-                              f"this was the simulators, not the network: stop and --resume (fresh simulators); if "
-                              f"it recurs, resume from an earlier checkpoint (they rotate: copy one out), perhaps "
-                              f"with a lower --lr.", file=sys.stderr, flush=True)
-                    last_log_t, last_log_updates = now, updates
-                if evaluator is not None and frames_at(updates) >= next_eval:
-                    evaluator.submit([np.array(w) for w in model.get_weights()], frames_at(updates), updates,
-                                     prior_time + now - t_start)
-                    next_eval += r.eval_every_frames
-                if now - last_ckpt_t >= r.checkpoint_interval_min * 60 and not stop:
-                    save_checkpoint()
-                    last_ckpt_t = now
-            if stop:
-                status = 0 if (timed_out and flag.received is None) else EXIT_SIGNALLED
-                stopped_early = True
-                break
-        learner.flush()  # every rank: an overlapped last update must finish its exchange
-    finally:
+    def _sync(self) -> int | None:
+        """Every rank, in the same order: gather statistics to rank 0, vote on stopping.
+        Returns the exit status when the run stops here, else None."""
+        r = self.cfg.run
+        mine = RankStats([(e.score, e.length) for e in self.sim_thread.drain_episodes()],
+                         dict(self.sim_thread.timers.seconds), dict(self.learn_timers.seconds), self.state.cpu_here())
+        gathered = self.dist.gather(mine)
+        timed_out = r.max_minutes > 0 and time.time() - self.state.t_start > r.max_minutes * 60
+        stop = self.dist.any_true(self.flag.received is not None or timed_out)
+        if self.report is not None:
+            assert gathered is not None
+            self._sync_root(gathered, stop)
+        if not stop:
+            return None
+        return 0 if (timed_out and self.flag.received is None) else EXIT_SIGNALLED
+
+    def _sync_root(self, gathered: list[RankStats], stop: bool) -> None:
+        """Rank 0 at a sync point: count, report, evaluate and checkpoint when they are due."""
+        assert self.report is not None and self.stats is not None
+        r = self.cfg.run
+        episodes = [e for g in gathered for e in g.episodes]
+        self.state.episodes += len(episodes)
+        self.state.cpu_s = self.state.prior_cpu_s + sum(g.cpu_s for g in gathered)
+        now = time.time()
+        self.report.sync(self.state, episodes, {**gathered[0].sim_s, **gathered[0].learn_s}, self.stats,
+                         self.learner.current_lr(), now, force=stop or self._last_update())
+        if self.evaluator is not None and self.state.frames >= self.next_eval:
+            self.evaluator.submit([np.array(w) for w in self.model.get_weights()], self.state.frames,
+                                  self.state.updates, self.state.elapsed(now))
+            self.next_eval += r.eval_every_frames
+        if now - self.last_checkpoint_t >= r.checkpoint_interval_min * 60 and not stop:
+            self._save_checkpoint()
+            self.last_checkpoint_t = now
+
+    def _evaluate(self, model, updates: int) -> dict[str, Any]:
+        """The periodic evaluation, run by the evaluation thread on a snapshot of the weights."""
+        r = self.cfg.run
+        return evaluate_model(model, self.spec, r.eval_episodes, r.eval_policy, num_envs=min(r.eval_episodes, 16),
+                              max_episode_frames=self.cfg.sim.max_episode_frames, seed=10_000 + updates, num_threads=1)
+
+    def _save_checkpoint(self) -> None:
+        assert self.report is not None
+        meta = {**self.state.to_meta(), "world_size": self.dist.size, "config": self.cfg.to_dict(),
+                "rng": {"seed": self.cfg.sim.seed}, "model": self.model_kind, "num_actions": self.sim.num_actions,
+                "obs_shape": list(self.sim.obs_shape)}
+        path = ckpt.save(self.ckpt_dir, self.state.updates, self.learner.state_arrays(), meta,
+                         self.cfg.run.keep_checkpoints)
+        self.report.checkpoint_written(path)
+
+    # ---- the end
+    def _stop_threads(self) -> None:
         # Stopped before the end phase: a long final evaluation must not trip it. A rank that fails
         # from here on exits at once (train.py), which ends the job under mpirun.
-        watchdog.stop.set()
-        sim_thread.stop.set()
-        sim_thread.join(timeout=10)
-        sim.close()
-        flag.restore()
-    if evaluator is not None:  # let a running evaluation finish and be logged
-        evaluator.jobs.put(None)
-        evaluator.join()
-    if dist.is_root:
-        assert writer is not None
-        save_checkpoint()
-        writer.close()
-        curve = plot_curve(run_dir)
-        meta = {**meta, "end": now_iso(), "final_update": updates, "final_frames": frames_at(updates),
-                "exit_status": status, "stage_seconds_rank0": {**sim_thread.timers.seconds, **learn_timers.seconds}}
-        writer.write_json("meta.json", meta)
-        print_timers(sim_thread.timers.seconds, learn_timers.seconds, time.time() - t_start)
-        if stopped_early:
-            why = "by signal" if status == EXIT_SIGNALLED else f"after --max-minutes {r.max_minutes}"
-            print(f"ba3c: stopped {why} at update {updates:,}; continue with --resume {run_dir}", flush=True)
-        else:
-            print(f"ba3c: done: {frames_at(updates):,} frames, {updates:,} updates"
-                  + (f"; curve {curve}" if curve else ""), flush=True)
-    # Nobody leaves before rank 0 has written: mpirun kills the whole job when one rank exits non-zero.
-    dist.barrier()
-    return status
+        self.watchdog.stop.set()
+        self.sim_thread.stop.set()
+        self.sim_thread.join(timeout=10)
+        self.sim.close()
+        self.flag.restore()
 
-
-def print_timers(sim_s: dict[str, float], learn_s: dict[str, float], wall: float) -> None:
-    print(f"{'stage (rank 0)':<28}{'seconds':>10}{'% of wall':>11}")
-    for thread, d in (("simulation thread", sim_s), ("learner thread", learn_s)):
-        for k, v in sorted(d.items(), key=lambda kv: -kv[1]):
-            print(f"  {thread + ': ' + k:<26}{v:>10.1f}{100 * v / max(wall, 1e-9):>10.1f}%")
+    def _finish(self, status: int | None) -> int:
+        """Rank 0 writes the final checkpoint and the run's last words while every other rank waits."""
+        if self.evaluator is not None:
+            self.evaluator.finish()  # let a running evaluation finish and be logged
+        if self.report is not None:
+            self._save_checkpoint()
+            self.report.finish(self.state, status or 0, status is not None, self.sim_thread.timers.seconds,
+                               self.learn_timers.seconds)
+        # Nobody leaves before rank 0 has written: mpirun kills the whole job when one rank exits non-zero.
+        self.dist.barrier()
+        return status or 0

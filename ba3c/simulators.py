@@ -47,7 +47,7 @@ class Batch:
 
 class Simulator(Protocol):
     num_envs: int
-    batch_size: int
+    predict_batch: int  # environments per recv(): the predictor's batch
     obs_shape: tuple[int, ...]
     obs_dtype: np.dtype
     num_actions: int
@@ -87,15 +87,15 @@ def resolve_env(name: str) -> EnvSpec:
 
 
 class AtariSimulator:
-    """ALE's C++ vector env; async when batch_size < num_envs (first ready envs are returned)."""
+    """ALE's C++ vector env; async when predict_batch < num_envs (first ready envs are returned)."""
 
-    def __init__(self, spec: EnvSpec, num_envs: int, batch_size: int, num_threads: int,
+    def __init__(self, spec: EnvSpec, num_envs: int, predict_batch: int, num_threads: int,
                  max_episode_frames: int) -> None:
         from ale_py.vector_env import AtariVectorEnv
 
         self.spec = spec
-        self.num_envs, self.batch_size = num_envs, batch_size
-        self._env = AtariVectorEnv(spec.name, num_envs, batch_size=batch_size, num_threads=num_threads,
+        self.num_envs, self.predict_batch = num_envs, predict_batch
+        self._env = AtariVectorEnv(spec.name, num_envs, batch_size=predict_batch, num_threads=num_threads,
                                    max_num_frames_per_episode=max_episode_frames, reward_clipping=False,
                                    autoreset_mode="NextStep")
         self.obs_shape = tuple(self._env.single_observation_space.shape)
@@ -138,7 +138,7 @@ class GymSimulator:
         import gymnasium as gym
 
         self.spec = spec
-        self.num_envs = self.batch_size = num_envs
+        self.num_envs = self.predict_batch = num_envs
         self._envs = [gym.make(spec.name) for _ in range(num_envs)]
         space = self._envs[0].observation_space
         self.obs_shape = tuple(space.shape)
@@ -177,8 +177,10 @@ class GymSimulator:
             e.close()
 
 
-def make_simulator(spec: EnvSpec, num_envs: int, batch_size: int, num_threads: int,
+def make_simulator(spec: EnvSpec, num_envs: int, predict_batch: int, num_threads: int,
                    max_episode_frames: int) -> Simulator:
+    """Atari: asynchronous, `predict_batch` ready environments per recv(). Gymnasium: synchronous,
+    the whole vector is one batch (`predict_batch`, `num_threads` and the frame cap do not apply)."""
     if spec.kind == "atari":
-        return AtariSimulator(spec, num_envs, batch_size, num_threads, max_episode_frames)
+        return AtariSimulator(spec, num_envs, predict_batch, num_threads, max_episode_frames)
     return GymSimulator(spec, num_envs)

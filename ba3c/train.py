@@ -67,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ba3c: error: {e}", file=sys.stderr)
         return 2
 
-    from ba3c.runner import SignalFlag, configure_tensorflow, train
+    from ba3c.runner import train
+    from ba3c.workers import SignalFlag, configure_tensorflow
 
     flag = SignalFlag()  # before the slow start-up (TF, MPI, model): a warning signal then is not fatal
     flag.install()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ba3c import evaluate as ev
+from ba3c import evaluation
 from conftest import ROOT, run_train, subprocess_env
 
 
@@ -31,17 +32,17 @@ def run_evaluate(args: list[str], timeout: float = 180) -> subprocess.CompletedP
 # ---------------------------------------------------------------- maths
 
 def test_summarize():
-    s = ev.summarize([1, 2, 3, 4, 10])
+    s = evaluation.summarize([1, 2, 3, 4, 10])
     assert s == {"n": 5, "mean": 4.0, "std": pytest.approx(np.sqrt(10.0)), "median": 3.0, "min": 1.0, "max": 10.0}
-    assert ev.summarize([-21.0]) == {"n": 1, "mean": -21.0, "std": 0.0, "median": -21.0, "min": -21.0, "max": -21.0}
+    assert evaluation.summarize([-21.0]) == {"n": 1, "mean": -21.0, "std": 0.0, "median": -21.0, "min": -21.0, "max": -21.0}
     with pytest.raises(ValueError):
-        ev.summarize([])
+        evaluation.summarize([])
 
 
 def test_greedy_takes_argmax_and_first_of_ties():
     logits = np.array([[0.1, 2.0, -1.0], [5.0, 5.0, 0.0], [-3.0, -2.0, -2.5]], np.float32)
-    assert ev.greedy_actions(logits).tolist() == [1, 0, 1]
-    assert ev.choose_actions("greedy", logits, np.random.default_rng(0), 0.05).tolist() == [1, 0, 1]
+    assert evaluation.greedy_actions(logits).tolist() == [1, 0, 1]
+    assert evaluation.choose_actions("greedy", logits, np.random.default_rng(0), 0.05).tolist() == [1, 0, 1]
 
 
 def test_epsilon_greedy_rates():
@@ -49,10 +50,10 @@ def test_epsilon_greedy_rates():
     n, a = 200_000, 4
     logits = np.zeros((n, a), np.float32)
     logits[:, 2] = 1.0  # greedy action is 2 everywhere
-    assert (ev.epsilon_greedy_actions(logits, 0.0, rng) == 2).all()
-    acts = ev.epsilon_greedy_actions(logits, 1.0, rng)
+    assert (evaluation.epsilon_greedy_actions(logits, 0.0, rng) == 2).all()
+    acts = evaluation.epsilon_greedy_actions(logits, 1.0, rng)
     assert np.allclose(np.bincount(acts, minlength=a) / n, 1 / a, atol=0.01)  # uniform over all actions
-    acts = ev.epsilon_greedy_actions(logits, 0.05, rng)
+    acts = evaluation.epsilon_greedy_actions(logits, 0.05, rng)
     # a random action is the greedy one a quarter of the time: P(not greedy) = 0.05 * 3/4
     assert np.mean(acts != 2) == pytest.approx(0.05 * (a - 1) / a, abs=0.003)
     assert acts.dtype == np.int32
@@ -61,22 +62,22 @@ def test_epsilon_greedy_rates():
 def test_sampled_follows_softmax():
     rng = np.random.default_rng(2)
     logits = np.tile(np.log(np.array([0.7, 0.2, 0.1], np.float32)), (100_000, 1))
-    freq = np.bincount(ev.choose_actions("sampled", logits, rng, 0.05), minlength=3) / len(logits)
+    freq = np.bincount(evaluation.choose_actions("sampled", logits, rng, 0.05), minlength=3) / len(logits)
     assert np.allclose(freq, [0.7, 0.2, 0.1], atol=0.01)
     with pytest.raises(ValueError, match="unknown policy"):
-        ev.choose_actions("boltzmann", logits, rng, 0.05)
+        evaluation.choose_actions("boltzmann", logits, rng, 0.05)
 
 
 def test_episode_quotas_are_balanced():
-    assert ev.episode_quotas(50, 16).tolist() == [4, 4] + [3] * 14
-    assert ev.episode_quotas(5, 16).tolist() == [1] * 5  # never more environments than episodes
+    assert evaluation.episode_quotas(50, 16).tolist() == [4, 4] + [3] * 14
+    assert evaluation.episode_quotas(5, 16).tolist() == [1] * 5  # never more environments than episodes
     for episodes, envs in ((1, 1), (7, 3), (100, 7), (16, 16)):
-        q = ev.episode_quotas(episodes, envs)
+        q = evaluation.episode_quotas(episodes, envs)
         assert q.sum() == episodes and q.max() - q.min() <= 1
 
 
 def test_format_table():
-    result = {"score": ev.summarize([20, 21, 19]), "length_steps": ev.summarize([800, 900, 1000])}
+    result = {"score": evaluation.summarize([20, 21, 19]), "length_steps": evaluation.summarize([800, 900, 1000])}
     lines = ev.format_table(result).splitlines()
     assert lines[0].split() == ["mean", "std", "median", "min", "max"]
     assert lines[1].split()[:2] == ["score", "20.00"] and lines[2].startswith("length (agent steps)")
@@ -113,11 +114,11 @@ def test_published_scores_file():
     assert set(pub) <= set(roms.get_all_rom_ids()), "game names must be ALE ROM ids, as in our eval JSONs"
     with open(cmp.DEFAULT_PUBLISHED, newline="") as fh:
         assert all(r["citation"] and r["protocol"] for r in csv.DictReader(fh))
-    assert cmp.EVAL_SCHEMA == ev.SCHEMA
+    assert cmp.EVAL_SCHEMA == evaluation.SCHEMA
 
 
 def fake_eval(game: str, policy: str, mean: float, frames: int, date: str, **kw) -> dict:
-    return {"schema": ev.SCHEMA, "game": game, "policy": policy, "epsilon": 0.05 if policy == "egreedy" else None,
+    return {"schema": evaluation.SCHEMA, "game": game, "policy": policy, "epsilon": 0.05 if policy == "egreedy" else None,
             "episodes": 50, "score": {"mean": mean, "std": 1.5}, "frames": frames, "date": date,
             "train_wall_s": 7200.0, "core_hours": 48.0, "protocol": {"max_episode_frames": 108_000}, **kw}
 
@@ -168,7 +169,7 @@ def test_cartpole_train_then_evaluate(tmp_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "needs image observations" in p.stderr and not (tmp_path / "cp.gif").exists()
     data = json.loads((run / "eval-greedy.json").read_text())
-    assert data["schema"] == ev.SCHEMA and data["game"] == "CartPole-v1" and data["policy"] == "greedy"
+    assert data["schema"] == evaluation.SCHEMA and data["game"] == "CartPole-v1" and data["policy"] == "greedy"
     assert data["episodes"] == 5 == len(data["scores"]) == data["score"]["n"]
     assert data["scores"] == [float(x) for x in data["lengths_steps"]]  # +1 per step: no reset step is counted
     assert data["score"]["mean"] == pytest.approx(np.mean(data["scores"]))

@@ -5,6 +5,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from ba3c.experience import Experience, nstep_returns
+from ba3c.simulators import Batch
 
 
 def reference_targets(rewards, values, dones_term, dones_trunc, final_values, n, gamma):
@@ -51,13 +52,13 @@ def drive(rewards, values, term, trunc, final_values, n, gamma, batch):
     T = len(rewards)
     for t in range(T):
         # obs o_t arrives with the reward/flags of the previous step
-        bs, _ = exp.add(ids, np.array([[float(t)]], np.float32), np.array([prev_r], np.float32),
-                        np.array([False]), np.array([False]), np.array([values[t]]), np.array([0]))
+        bs, _ = exp.add(Batch(np.array([[float(t)]], np.float32), np.array([prev_r], np.float32),
+                              np.array([False]), np.array([False]), ids), np.array([values[t]]), np.array([0]))
         out += bs
         prev_r, prev_te, prev_tr = rewards[t], term[t], trunc[t]
         if term[t] or trunc[t]:  # the final obs of the episode arrives with the flags
-            bs, eps = exp.add(ids, np.array([[-1.0]], np.float32), np.array([prev_r], np.float32),
-                              np.array([term[t]]), np.array([trunc[t] and not term[t]]),
+            bs, eps = exp.add(Batch(np.array([[-1.0]], np.float32), np.array([prev_r], np.float32),
+                                    np.array([term[t]]), np.array([trunc[t] and not term[t]]), ids),
                               np.array([final_values[t]]), np.array([0]))
             out += bs
             assert len(eps) == 1
@@ -108,12 +109,12 @@ def test_batches_have_fixed_size_and_episode_scores_are_raw():
     z = np.zeros(2, bool)
     batches, eps = [], []
     for t in range(6):
-        b, e = exp.add(ids, np.zeros((2, 1), np.float32), np.array([5.0, -5.0]) if t else np.zeros(2),
-                       z, z, np.zeros(2), np.zeros(2, int))
+        b, e = exp.add(Batch(np.zeros((2, 1), np.float32), np.array([5.0, -5.0]) if t else np.zeros(2), z, z, ids),
+                       np.zeros(2), np.zeros(2, int))
         batches += b
         eps += e
     assert all(len(b.actions) == 3 for b in batches) and batches
     assert np.all(np.abs(np.concatenate([b.returns for b in batches])) <= 2.0)  # clipped rewards (+-1)
-    _, e = exp.add(ids, np.zeros((2, 1), np.float32), np.array([5.0, -5.0]), np.array([True, True]), z,
+    _, e = exp.add(Batch(np.zeros((2, 1), np.float32), np.array([5.0, -5.0]), np.array([True, True]), z, ids),
                    np.zeros(2), np.zeros(2, int))
     assert sorted(x.score for x in e) == [-30.0, 30.0]  # six raw rewards each, unclipped

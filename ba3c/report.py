@@ -1,0 +1,141 @@
+"""Rank 0's reporting: at each sync point the progress line, a progress.csv row, TensorBoard scalars
+and warnings; around them the run's first and last words (config.json, meta.json, the start line,
+the stage-time table, how the run ended), checkpoints written and periodic evaluation results.
+
+No collectives here: the runner hands over what its sync point gathered.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from ba3c.config import Config, save_json
+from ba3c.learner import StepStats
+from ba3c.rundir import RunWriter, now_iso, plot_curve
+from ba3c.state import RunState
+from ba3c.workers import EXIT_SIGNALLED
+
+# Below this the policy is (nearly) deterministic on the states being played. Breakout once went
+# 1.1 -> 1.6e-7 in ~140 updates and its return from 58 to 0, yet the same weights played normally
+# after a resume: benchmarks/results/breakout-collapse-diagnosis.json.
+COLLAPSED_ENTROPY = 1e-3
+# StepStats field = progress.csv column -> TensorBoard tag
+LOSSES = (("policy_loss", "losses/policy"), ("value_loss", "losses/value"), ("entropy", "losses/entropy"),
+          ("grad_norm", "losses/grad_norm"))
+
+
+def fmt_duration(s: float) -> str:
+    if not math.isfinite(s):
+        return "?"
+    s = int(s)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def print_timers(sim_s: dict[str, float], learn_s: dict[str, float], wall: float) -> None:
+    print(f"{'stage (rank 0)':<28}{'seconds':>10}{'% of wall':>11}")
+    for thread, d in (("simulation thread", sim_s), ("learner thread", learn_s)):
+        for k, v in sorted(d.items(), key=lambda kv: -kv[1]):
+            print(f"  {thread + ': ' + k:<26}{v:>10.1f}{100 * v / max(wall, 1e-9):>10.1f}%")
+
+
+class Reporter:
+    """Everything rank 0 says and writes about a run, through one `RunWriter`."""
+
+    def __init__(self, run_dir: str, cfg: Config, meta: dict[str, Any], state: RunState, total_updates: int,
+                 frames_per_update: int, resumed: bool) -> None:
+        self.run_dir, self.run_cfg = run_dir, cfg.run
+        self.total_updates, self.frames_per_update = total_updates, frames_per_update
+        self.writer = RunWriter(run_dir, state.updates if resumed else None)
+        save_json(cfg, os.path.join(run_dir, "config.json"))
+        self.meta = meta
+        self.writer.write_json("meta.json", meta)
+        self.recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=100)  # (score, length)
+        self._last_t: float | None = None  # None: the state's clock start
+        self._last_updates = state.updates
+        self._collapse_warned = False
+        print(f"ba3c: {meta['env']['kind']}:{meta['env']['name']} model={meta['model']} ({meta['num_params']:,} params) "
+              f"ranks={meta['ranks']} dist={meta['dist_backend']} global_batch={meta['global_batch']} "
+              f"lr={meta['lr_effective']:.2e} -> {run_dir}", flush=True)
+
+    def sync(self, state: RunState, episodes: list[tuple[float, int]], stage_s: dict[str, float], stats: StepStats,
+             lr: float, now: float, force: bool) -> None:
+        """One sync point: remember the episodes; once per --log-interval-s (and whenever `force`)
+        the progress line, a CSV row, TensorBoard scalars and, once per run, a collapse warning."""
+        self.recent.extend(episodes)
+        last_t = state.t_start if self._last_t is None else self._last_t
+        if now - last_t < self.run_cfg.log_interval_s and not force:
+            return
+        du, dt = state.updates - self._last_updates, max(now - last_t, 1e-9)
+        fps, ups = du * self.frames_per_update / dt, du / dt
+        rets = [score for score, _ in self.recent]
+        mean = float(np.mean(rets)) if rets else float("nan")
+        eta = (self.total_updates - state.updates) / ups if ups > 0 else float("inf")
+        print(f"[{state.updates / self.total_updates:6.1%}] frames {state.frames:,}/{self.run_cfg.total_frames:,} | "
+              f"{fps:,.0f} fps | {ups:.2f} upd/s | return {mean:.2f} (last {len(rets)}; "
+              f"{state.episodes} episodes) | elapsed {fmt_duration(state.elapsed(now))} ETA {fmt_duration(eta)}",
+              flush=True)
+        row = {"time_s": round(state.elapsed(now), 2), "cpu_s": round(state.cpu_s, 1), "frames": state.frames,
+               "updates": state.updates, "episodes": state.episodes, "frames_per_s": round(fps, 1),
+               "updates_per_s": round(ups, 3), **self._returns_columns(), "lr": lr,
+               **{f"t_{k}": round(v, 3) for k, v in stage_s.items()}}
+        scalars = {"perf/frames_per_s": fps, "perf/updates_per_s": ups, **{f"time/{k}": v for k, v in stage_s.items()}}
+        if rets:
+            scalars["charts/episode_return"] = mean
+        for column, tag in LOSSES:
+            row[column] = scalars[tag] = getattr(stats, column)
+        self.writer.log(row, scalars, state.frames)
+        self._warn_if_collapsed(stats.entropy, state.updates)
+        self._last_t, self._last_updates = now, state.updates
+
+    def _returns_columns(self) -> dict[str, Any]:
+        """progress.csv's return columns over the last 100 episodes (empty before the first episode)."""
+        if not self.recent:
+            return {"return_mean": "", "return_mean20": "", "return_max": "", "episode_length_mean": ""}
+        rets = [score for score, _ in self.recent]
+        return {"return_mean": float(np.mean(rets)), "return_mean20": float(np.mean(rets[-20:])),
+                "return_max": max(rets), "episode_length_mean": float(np.mean([n for _, n in self.recent]))}
+
+    def _warn_if_collapsed(self, entropy: float, updates: int) -> None:
+        if entropy >= COLLAPSED_ENTROPY or self._collapse_warned:
+            return
+        self._collapse_warned = True
+        print(f"ba3c: warning: policy entropy {max(entropy, 0.0):.1e} at update {updates:,}: the "
+              f"policy has collapsed onto one action on the states it now sees. Once (Breakout) "
+              f"this was the simulators, not the network: stop and --resume (fresh simulators); if "
+              f"it recurs, resume from an earlier checkpoint (they rotate: copy one out), perhaps "
+              f"with a lower --lr.", file=sys.stderr, flush=True)
+
+    def checkpoint_written(self, path: str) -> None:
+        print(f"ba3c: checkpoint {path}", flush=True)
+
+    def evaluation(self, result: dict[str, Any], frames: int, updates: int, time_s: float) -> None:
+        """A periodic evaluation's result (called from the evaluation thread): eval.csv, eval/* scalars, a line."""
+        sc, policy = result["score"], self.run_cfg.eval_policy
+        self.writer.log_eval({"time_s": round(time_s, 2), "frames": frames, "updates": updates, "policy": policy,
+                              "episodes": result["episodes"], "score_mean": sc["mean"], "score_std": sc["std"],
+                              "score_median": sc["median"], "score_min": sc["min"], "score_max": sc["max"],
+                              "length_mean": result["length_steps"]["mean"]}, frames)
+        print(f"ba3c: eval at {frames:,} frames: {policy} score {sc['mean']:.2f} +- {sc['std']:.2f} "
+              f"over {result['episodes']} episodes", flush=True)
+
+    def finish(self, state: RunState, status: int, stopped_early: bool, sim_s: dict[str, float],
+               learn_s: dict[str, float]) -> None:
+        """After the final checkpoint: close the logs, draw the curve, complete meta.json, say how it ended."""
+        self.writer.close()
+        curve = plot_curve(self.run_dir)
+        self.meta.update(end=now_iso(), final_update=state.updates, final_frames=state.frames, exit_status=status,
+                         stage_seconds_rank0={**sim_s, **learn_s})
+        self.writer.write_json("meta.json", self.meta)
+        print_timers(sim_s, learn_s, time.time() - state.t_start)
+        if stopped_early:
+            why = "by signal" if status == EXIT_SIGNALLED else f"after --max-minutes {self.run_cfg.max_minutes}"
+            print(f"ba3c: stopped {why} at update {state.updates:,}; continue with --resume {self.run_dir}", flush=True)
+        else:
+            print(f"ba3c: done: {state.frames:,} frames, {state.updates:,} updates"
+                  + (f"; curve {curve}" if curve else ""), flush=True)

@@ -1,0 +1,198 @@
+"""The threads beside the learner loop, and what they share with it: the simulation thread, rank 0's
+evaluation thread, the watchdog, the signal flag, per-stage timers, and TensorFlow's thread pools.
+
+None of them decides anything about training: each is started and stopped by `ba3c.runner`.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from ba3c.experience import Episode, Experience, TrainBatch
+from ba3c.predictor import sample_actions
+from ba3c.simulators import Simulator
+
+if TYPE_CHECKING:
+    from ba3c.config import Config
+
+EXIT_SIGNALLED = 75  # stopped by a signal after writing a checkpoint: resume with --resume RUN_DIR
+EXIT_WATCHDOG = 70  # no update for --hang-timeout-min: a rank lost or stuck; resume with --resume RUN_DIR
+
+
+def cores_available() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def set_tensorflow_threads(intra_op: int = 0, inter_op: int = 0) -> None:
+    """Size TensorFlow's thread pools (before it runs anything): intra-op 0 = the cores available, inter-op 0 = 2."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(intra_op or cores_available())
+    tf.config.threading.set_inter_op_parallelism_threads(inter_op or 2)
+
+
+def configure_tensorflow(cfg: Config) -> None:
+    """The trainer's thread settings (--intra-op-threads, --inter-op-threads)."""
+    set_tensorflow_threads(cfg.run.intra_op_threads, cfg.run.inter_op_threads)
+
+
+@dataclass
+class Timers:
+    """Seconds spent per stage, accumulated by the thread that owns each key."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: collections.defaultdict(float))
+
+    def add(self, key: str, t0: float) -> float:
+        t1 = time.perf_counter()
+        self.seconds[key] += t1 - t0
+        return t1
+
+
+class SimulationThread(threading.Thread):
+    """Simulators -> predictor -> experience -> bounded queue of train batches."""
+
+    def __init__(self, sim: Simulator, predictor, experience: Experience, rng: np.random.Generator, env_seed: int,
+                 queue_batches: int) -> None:
+        super().__init__(name="SimulationThread", daemon=True)
+        self.sim, self.predictor, self.experience, self.rng = sim, predictor, experience, rng
+        self.env_seed = env_seed
+        self.out: queue.Queue[TrainBatch] = queue.Queue(maxsize=queue_batches)  # bounds policy lag
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.timers = Timers()
+        self._episodes: list[Episode] = []
+        self._lock = threading.Lock()
+
+    def next_batch(self) -> TrainBatch:
+        """The learner's side of the queue: the next train batch; raises this thread's error if it failed."""
+        while True:
+            try:
+                return self.out.get(timeout=1.0)
+            except queue.Empty:
+                if self.error is not None:
+                    raise self.error
+
+    def drain_episodes(self) -> list[Episode]:
+        with self._lock:
+            eps, self._episodes = self._episodes, []
+        return eps
+
+    def run(self) -> None:
+        try:
+            b = self.sim.reset(self.env_seed)
+            while not self.stop.is_set():
+                t = time.perf_counter()
+                logits, values = self.predictor(b.obs)
+                actions = sample_actions(logits, self.rng)
+                t = self.timers.add("predict", t)
+                self.sim.send(actions)
+                batches, episodes = self.experience.add(b, values, actions)
+                if episodes:
+                    with self._lock:
+                        self._episodes.extend(episodes)
+                t = self.timers.add("experience", t)
+                for tb in batches:
+                    while not self.stop.is_set():
+                        try:
+                            self.out.put(tb, timeout=0.2)
+                            break
+                        except queue.Full:
+                            pass
+                t = self.timers.add("queue_put_wait", t)
+                b = self.sim.recv()
+                self.timers.add("env", t)
+        except BaseException as e:  # surfaced by the learner loop, which owns the process
+            self.error = e
+
+
+class WatchdogThread(threading.Thread):
+    """Ends the process when updates stop: a rank lost mid-allreduce must not hang the job for ever.
+
+    Under mpirun a dead rank already ends the job within seconds; this covers launchers that do not
+    notice, and a rank stuck in a collective. Exit status 70; rerun with --resume.
+    """
+
+    def __init__(self, timeout_s: float, rank: int) -> None:
+        super().__init__(name="WatchdogThread", daemon=True)
+        self.timeout_s, self.rank = timeout_s, rank
+        self.last_progress = time.monotonic()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(min(10.0, self.timeout_s / 4)):
+            idle = time.monotonic() - self.last_progress
+            if idle > self.timeout_s:
+                print(f"ba3c: rank {self.rank}: no update completed for {idle / 60:.1f} min (another rank lost, or "
+                      f"stuck in an allreduce); aborting. Rerun with --resume RUN_DIR.", file=sys.stderr, flush=True)
+                os._exit(EXIT_WATCHDOG)
+
+
+class EvalThread(threading.Thread):
+    """Rank 0's periodic evaluation on a snapshot of the weights, beside training (never blocking it).
+
+    `evaluate(model, updates)` plays the games and returns their result; `report(result, frames,
+    updates, time_s)` records it. A failure is reported and never ends training.
+    """
+
+    def __init__(self, model, evaluate: Callable[[Any, int], dict], report: Callable[..., None]) -> None:
+        super().__init__(name="EvalThread", daemon=True)
+        self.model, self.evaluate, self.report = model, evaluate, report
+        self.jobs: "queue.Queue[tuple[list[np.ndarray], int, int, float] | None]" = queue.Queue(maxsize=1)
+
+    def submit(self, weights: list[np.ndarray], frames: int, updates: int, time_s: float) -> bool:
+        try:
+            self.jobs.put_nowait((weights, frames, updates, time_s))
+            return True
+        except queue.Full:  # the previous evaluation is still running: skip this one
+            return False
+
+    def finish(self) -> None:
+        """Let a running evaluation finish and be recorded, then end the thread."""
+        self.jobs.put(None)
+        self.join()
+
+    def run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            weights, frames, updates, time_s = job
+            try:
+                self.model.set_weights(weights)
+                self.report(self.evaluate(self.model, updates), frames, updates, time_s)
+            except BaseException as e:  # reported, never fatal to training
+                print(f"ba3c: WARNING: evaluation failed: {e}", file=sys.stderr, flush=True)
+
+
+class SignalFlag:
+    """SIGTERM / SIGINT / SIGUSR1 ask for a checkpoint and a clean stop; a second SIGINT exits at once."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            self._old[s] = signal.signal(s, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            os._exit(130)  # files are only ever replaced atomically, so nothing is left half-written
+        self.received = signum
+        print(f"\nba3c: got {signal.Signals(signum).name}: checkpointing at the next sync point "
+              f"(press Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+
+    def restore(self) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
