@@ -5,7 +5,6 @@ import collections
 import math
 import os
 import queue
-import signal
 import sys
 import threading
 import time
@@ -19,13 +18,13 @@ from ba3c.config import Config, save_json, scaled_lr
 from ba3c.dist import Dist
 from ba3c.experience import Episode, Experience, TrainBatch
 from ba3c.predictor import sample_actions
+from ba3c.signals import EXIT_SIGNALLED, SignalFlag
 from ba3c.simulators import EnvSpec, Simulator, make_simulator
 
 # Below this the policy is (nearly) deterministic on the states being played. Breakout once went
 # 1.1 -> 1.6e-7 in ~140 updates and its return from 58 to 0, yet the same weights played normally
 # after a resume: benchmarks/results/breakout-collapse-diagnosis.json.
 COLLAPSED_ENTROPY = 1e-3
-EXIT_SIGNALLED = 75  # stopped by a signal after writing a checkpoint: resume with --resume RUN_DIR
 
 
 def cores_available() -> int:
@@ -166,31 +165,6 @@ class EvalThread(threading.Thread):
                 print(f"ba3c: WARNING: evaluation failed: {e}", file=sys.stderr, flush=True)
 
 
-class SignalFlag:
-    """SIGTERM / SIGINT / SIGUSR1 ask for a checkpoint and a clean stop; a second SIGINT exits at once."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._old: dict[int, Any] = {}
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-            self._old[s] = signal.signal(s, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            os._exit(130)  # files are only ever replaced atomically, so nothing is left half-written
-        self.received = signum
-        print(f"\nba3c: got {signal.Signals(signum).name}: checkpointing at the next sync point "
-              f"(press Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
-
-    def restore(self) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-
 def fmt_duration(s: float) -> str:
     if not math.isfinite(s):
         return "?"
@@ -210,7 +184,13 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
     s, l, r = cfg.sim, cfg.learn, cfg.run
     rank, world = dist.rank, dist.size
     batch_size = s.predict_batch if spec.kind == "atari" else s.num_envs
-    sim = make_simulator(spec, s.num_envs, batch_size, s.env_threads or cores_available(), s.max_episode_frames)
+    if flag is None:  # the entry point installs it before the slow start-up; library callers get one here
+        flag = SignalFlag()
+        flag.install()
+    if dist.is_root:
+        print(f"ba3c: starting {s.num_envs} {spec.name} simulators per rank", flush=True)
+    with flag.fatal_during_c_call():  # minutes for thousands of emulators, all under the GIL
+        sim = make_simulator(spec, s.num_envs, batch_size, s.env_threads or cores_available(), s.max_episode_frames)
     model_kind = resolve_model_kind(l.model, sim.obs_shape)
     model = build_model(model_kind, sim.obs_shape, sim.num_actions, seed=s.seed)  # same init on every rank
     lr = scaled_lr(cfg, world)
@@ -272,9 +252,6 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
     exp = Experience(s.num_envs, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch,
                      clip_rewards=spec.kind == "atari")
     sim_thread = SimulationThread(sim, Predictor(model, sim.obs_shape, sim.obs_dtype), exp, q, rng, env_seed)
-    if flag is None:  # the entry point installs it before the slow start-up; library callers get one here
-        flag = SignalFlag()
-        flag.install()
 
     recent: collections.deque[Episode] = collections.deque(maxlen=100)
     episodes_total = start_episodes
@@ -325,6 +302,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
             learn_timers.seconds["train"] += last_stats.train_s - last_stats.allreduce_s
             learn_timers.seconds["allreduce"] += last_stats.allreduce_s
             updates += 1
+            flag.started = True  # from now on a stop request checkpoints first
             watchdog.last_progress = time.monotonic()
             if sim_thread.error is not None:
                 raise sim_thread.error
@@ -357,7 +335,7 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
                           f"{fps:,.0f} fps | {ups:.2f} upd/s | return {mean:.2f} (last {len(rets)}; "
                           f"{episodes_total} episodes) | elapsed {fmt_duration(elapsed)} ETA {fmt_duration(eta)}",
                           flush=True)
-                    row = {"time_s": round(elapsed, 2), "cpu_s": round(cpu_total, 1), "frames": frames_at(updates), "updates": updates,
+                    row = {"time_s": round(elapsed, 2), "cpu_s": round(cpu_total, 3), "frames": frames_at(updates), "updates": updates,
                            "episodes": episodes_total, "return_mean": mean if rets else "",
                            "return_mean20": mean20 if rets else "", "return_max": max(rets) if rets else "",
                            "episode_length_mean": float(np.mean([e.length for e in recent])) if rets else "",
