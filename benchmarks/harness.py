@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,11 +168,11 @@ def mpirun_prefix(ranks: int, threads: int, layout: str = "core") -> tuple[list[
 class TrainerJob:
     """One child process: what to run, where it logs progress, and its time limits."""
     command: list[str]
-    run_dirs: list[str]  # each one's progress.csv is read; start-up ends when every one has a row
+    run_dirs: list[str]  # each one's progress.csv is read; start-up ends when every one has progressed
     log_path: str | None = None  # None: the child writes to this process's stdout and stderr
     stop_signal: int = signal.SIGTERM  # the trainer checkpoints and exits 75 (mpirun forwards it)
-    startup_timeout_s: float | None = 600.0  # launch to first progress row of every run dir
-    run_timeout_s: float | None = None  # first progress row (of the last run dir to start) to exit
+    startup_timeout_s: float | None = 600.0  # launch to progress in every run dir
+    run_timeout_s: float | None = None  # from the end of start-up; then the group gets SIGTERM
     grace_s: float = 180.0  # stop signal to exit, before the whole process group is ended
     poll_s: float = 1.0
 
@@ -190,7 +190,8 @@ class TrainerRun:
 
     @property
     def ok(self) -> bool:
-        return self.returncode in (0, 75)
+        """It ran to its end, or stopped when asked, and exited cleanly (75: stopped by a signal, checkpointed)."""
+        return self.outcome in ("finished", "stopped") and self.returncode in (0, 75)
 
 
 def never(_rows: list[list[Row]]) -> bool:
@@ -205,9 +206,12 @@ def stop_after_logged(seconds: float) -> Callable[[list[list[Row]]], bool]:
 def launch(job: TrainerJob, stop: Callable[[list[list[Row]]], bool] = never) -> TrainerRun:
     """Run `job` to its end, or until `stop(rows per run dir)` is true (then the stop signal is sent).
 
-    Start-up and running time are capped separately (a loaded machine delays start-up, not the
-    window); any way out of here (a cap, an exception, Ctrl-C) ends the child's whole process group.
+    Start-up (until every run directory has a progress row past the frames it had at launch: a
+    resumed run's old rows do not count) and running time are capped separately, so a loaded machine
+    delays the start instead of eating the window; any way out of here (a cap, an exception,
+    Ctrl-C) ends the child's whole process group.
     """
+    frames_at_launch = [_last_frames(progress_rows(d)) for d in job.run_dirs]
     log = open(job.log_path, "w") if job.log_path else None
     t0 = time.time()
     proc = subprocess.Popen(job.command, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT if log else None,
@@ -217,7 +221,7 @@ def launch(job: TrainerJob, stop: Callable[[list[list[Row]]], bool] = never) -> 
         while proc.poll() is None:
             time.sleep(job.poll_s)
             rows = [progress_rows(d) for d in job.run_dirs]
-            if t_started is None and all(rows):
+            if t_started is None and all(_last_frames(r) > f for r, f in zip(rows, frames_at_launch)):
                 t_started = time.time()
             if t_started is not None and stop(rows):
                 outcome = _stop(proc, job)
@@ -233,6 +237,10 @@ def launch(job: TrainerJob, stop: Callable[[list[list[Row]]], bool] = never) -> 
             log.close()
     return TrainerRun(job.command, proc.returncode, outcome, [progress_rows(d) for d in job.run_dirs],
                       None if t_started is None else t_started - t0, time.time() - t0, _tail(job.log_path))
+
+
+def _last_frames(rows: Sequence[Row]) -> float:
+    return _num(rows[-1], "frames") if rows else -1.0
 
 
 def _stop(proc: subprocess.Popen, job: TrainerJob) -> str:

@@ -177,7 +177,7 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def measure(args: argparse.Namespace, s: Settings, ranks: list[int], data: ScalingData,
+def measure(args: argparse.Namespace, s: Settings, ranks: list[int], reps: int, data: ScalingData,
             save: Callable[[], None]) -> None:
     """Every planned trainer run, then the allreduce sweeps; `save()` after each (an interrupted run keeps them)."""
     for spec in plan(args, ranks):
@@ -192,7 +192,7 @@ def measure(args: argparse.Namespace, s: Settings, ranks: list[int], data: Scali
     layout = "node" if args.layouts == "node" else "core"
     for r in [r for r in ranks if r >= 2 and r in _ints(args.sweep_ranks)]:
         print(f"scaling: allreduce sweep at {r} ranks ...", flush=True)
-        data.allreduce.append(probe_allreduce(r, args.reps, layout))
+        data.allreduce.append(probe_allreduce(r, reps, layout))
         save()
 
 
@@ -319,15 +319,15 @@ def load(paths: str) -> ScalingData:
         with open(path) as fh:
             more = ScalingData.from_json(json.load(fh))
         data = more if data is None else data.merged(more)
-    return data
+    return data.sorted()
 
 
 def run_measurements(args: argparse.Namespace, extra: list[str], json_path: str) -> ScalingData:
     if args.quick:
-        ranks, seconds, warmup, args.reps = [1, 2], 10.0, 4.0, 5
+        ranks, seconds, warmup, reps = [1, 2], 10.0, 4.0, 5
     else:
         ranks = _ints(args.ranks) or [r for r in (1, 2, 4, 8, 16, 32, 64) if r <= harness.cores()]
-        seconds, warmup = args.seconds, args.warmup
+        seconds, warmup, reps = args.seconds, args.warmup, args.reps
     s = Settings(args.env, args.num_envs, args.predict_batch, args.train_batch, args.dist, tuple(extra),
                  seconds, warmup, args.startup)
     data = ScalingData(harness.machine(), harness.now(), s.config())
@@ -336,7 +336,7 @@ def run_measurements(args: argparse.Namespace, extra: list[str], json_path: str)
         with open(json_path, "w") as fh:
             json.dump(to_json(data, None), fh, indent=1)
 
-    measure(args, s, ranks, data, save)
+    measure(args, s, ranks, reps, data, save)
     print("scaling: train-step rate of each network (for the projection) ...", flush=True)
     data.models = measure_models(3.0 if args.quick else 8.0)
     save()

@@ -8,7 +8,7 @@ reads that layout back (also files written before these classes existed), for --
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from benchmarks import scaling_model as sm
@@ -84,9 +84,10 @@ class ScalingData:
                    [AllreduceSweep.from_json(s) for s in d.get("allreduce", [])], d.get("models"), d.get("note"))
 
     def merged(self, other: ScalingData) -> ScalingData:
-        both = sorted(self.measured + other.measured, key=lambda m: (m.layout, m.ranks))
-        return ScalingData(self.machine, self.date, self.config, both, self.allreduce + other.allreduce,
-                           self.models, self.note)
+        return replace(self, measured=self.measured + other.measured, allreduce=self.allreduce + other.allreduce)
+
+    def sorted(self) -> ScalingData:
+        return replace(self, measured=sorted(self.measured, key=lambda m: (m.layout, m.ranks)))
 
     def base(self, layout: str) -> Measurement | None:
         """The 1-rank synchronous run of a layout: what efficiencies are measured against."""
