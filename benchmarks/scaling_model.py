@@ -100,7 +100,7 @@ class NetModel:
     """A network to project: its per-node pipeline rate (agent steps/s) and gradient size."""
     name: str
     node_steps_per_s: float
-    floats: int
+    floats: int = MODEL_FLOATS  # the gradient message, in float32s
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def net_models(per_core_steps: float, node_cores: int, train_rates: dict[str, An
     """The Nature CNN at the measured rate, and the paper's network scaled by the measured ratio of the
     two networks' train-step rates (training dominates the pipeline). Linear scaling inside a node."""
     node_steps = per_core_steps * node_cores
-    nets = [NetModel("nature", node_steps, MODEL_FLOATS)]
+    nets = [NetModel("nature", node_steps)]
     if train_rates and "paper" in train_rates and "nature" in train_rates:
         ratio = (train_rates["paper"]["train_samples_per_s_1thread"]
                  / train_rates["nature"]["train_samples_per_s_1thread"])
