@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import queue
@@ -189,7 +190,8 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
         flag.install()
     if dist.is_root:
         print(f"ba3c: starting {s.num_envs} {spec.name} simulators per rank", flush=True)
-    with flag.fatal_during_c_call():  # minutes for thousands of emulators, all under the GIL
+    # ALE builds its emulators in one C++ call under the GIL (minutes for thousands of them)
+    with flag.fatal_during_c_call() if spec.kind == "atari" else contextlib.nullcontext():
         sim = make_simulator(spec, s.num_envs, batch_size, s.env_threads or cores_available(), s.max_episode_frames)
     model_kind = resolve_model_kind(l.model, sim.obs_shape)
     model = build_model(model_kind, sim.obs_shape, sim.num_actions, seed=s.seed)  # same init on every rank

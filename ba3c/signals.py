@@ -36,10 +36,12 @@ class SignalFlag:
         self._blocked = False
         self._restored = False
         self._lock = threading.Lock()
+        self._stderr = 2
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
+        self._stderr = os.dup(2)  # the real standard error, even while start-up output is captured (tfquiet)
         for s in STOP_SIGNALS:
             self._old[s] = signal.signal(s, self._handle)
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -59,14 +61,17 @@ class SignalFlag:
             if self._restored:  # training is over: what the default action would do
                 os._exit(128 + signum)
             if not self.started:
-                print(f"ba3c: got {name} before the first update: nothing to checkpoint yet; exiting "
-                      f"(status {128 + signum})", file=sys.stderr, flush=True)
+                self._say(f"ba3c: got {name} before the first update: nothing to checkpoint yet; exiting "
+                          f"(status {128 + signum})")
                 os._exit(128 + signum)
             if self.received is not None and signum == signal.SIGINT:
                 os._exit(130)  # files are only ever replaced atomically, so nothing is left half-written
             self.received = signum
-        print(f"\nba3c: got {name}: checkpointing at the next sync point "
-              f"(press Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+        self._say(f"\nba3c: got {name}: checkpointing at the next sync point (press Ctrl-C again to quit at once)")
+
+    def _say(self, line: str) -> None:
+        sys.stderr.flush()
+        os.write(self._stderr, (line + "\n").encode())
 
     @contextlib.contextmanager
     def fatal_during_c_call(self) -> Iterator[None]:
