@@ -30,13 +30,13 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
 
 throughput-benchmark: $(STAMP)
-	$(PY) benchmarks/throughput.py $(ARGS)
+	$(PY) -m benchmarks.throughput $(ARGS)
 
 scaling-benchmark: $(STAMP)
-	$(PY) benchmarks/scaling.py $(ARGS)
+	$(PY) -m benchmarks.scaling $(ARGS)
 
 time-to-score: $(STAMP)
-	$(PY) benchmarks/time_to_score.py $(ARGS)
+	$(PY) -m benchmarks.time_to_score $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -215,8 +215,15 @@ def scaled_lr(cfg: Config, world_size: int) -> float:
 
 # ---------------------------------------------------------------- CLI and JSON
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes become a ConfigError: one line from the entry point, not the whole usage text."""
+
+    def error(self, message: str) -> Any:  # argparse's signature says NoReturn
+        raise ConfigError(f"{message} (see --help)")
+
+
 def build_parser(prog: str = "python -m ba3c.train") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Distributed Batch A3C (BA3C) trainer.",
+    p = _Parser(prog=prog, description="Distributed Batch A3C (BA3C) trainer.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--config", default="", help="JSON config file (as saved in a run directory); flags override it")
     for gname, cls in _GROUPS.items():

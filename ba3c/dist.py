@@ -159,3 +159,12 @@ def world_size_hint() -> int:
         if var in os.environ and launched_by_mpi():
             return int(os.environ[var])
     return 1
+
+
+def ranks_on_this_host_hint() -> int:
+    """Ranks sharing this host's memory, from the launcher's environment (before MPI starts)."""
+    if launched_by_mpi():
+        for var in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
+            if os.environ.get(var, "").isdigit():
+                return max(1, int(os.environ[var]))
+    return 1

@@ -72,9 +72,9 @@ def training_cost(run_dir: str, meta: dict[str, Any]) -> dict[str, Any]:
         if run_meta.get("cpu_count"):  # not under SLURM: assume every rank ran on rank 0's host
             out.update(cores=int(run_meta["cpu_count"]), cores_basis="cpu_count of rank 0's host (one host assumed)")
     if out["cores"] and wall_s is not None:
-        out["core_hours"] = round(float(wall_s) / 3600 * out["cores"], 4)
+        out["core_hours"] = float(wall_s) / 3600 * out["cores"]
     if meta.get("cpu_s_from_start") and meta.get("cpu_s"):  # measured beats wall x cores
-        out.update(core_hours=round(float(meta["cpu_s"]) / 3600, 4),
+        out.update(core_hours=float(meta["cpu_s"]) / 3600,
                    cores_basis="measured: CPU seconds of all ranks since the run began (checkpoint cpu_s)")
     return out
 
@@ -111,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.episodes < 1 or args.num_envs < 1 or args.max_episode_frames < 1:
             raise EvalError("--episodes, --num-envs and --max-episode-frames must be >= 1")
         loaded = locate_checkpoint(args.path)
+        from ba3c.tfquiet import import_tensorflow_quietly
+
+        import_tensorflow_quietly()
         threads = args.threads or cores_available()
         set_tensorflow_threads(threads)
         c = loaded.checkpoint

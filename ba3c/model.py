@@ -43,7 +43,16 @@ def build_model(kind: str, obs_shape: tuple[int, ...], num_actions: int, seed: i
     return keras.Model(inp, [logits, value], name=kind)
 
 
+IMAGE_MODELS = ("nature", "paper")
+
+
 def resolve_model_kind(kind: str, obs_shape: tuple[int, ...]) -> str:
+    """`auto` -> the network for these observations; a network that cannot take them is a ConfigError."""
+    from ba3c.config import ConfigError
+
     if kind == "auto":
         return "nature" if len(obs_shape) == 3 else "mlp"
+    if kind in IMAGE_MODELS and len(obs_shape) != 3:
+        raise ConfigError(f"--model {kind} needs image observations (frames, height, width), but this environment "
+                          f"gives shape {obs_shape}; use --model mlp (or auto)")
     return kind

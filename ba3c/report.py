@@ -18,8 +18,8 @@ import numpy as np
 from ba3c.config import Config, save_json
 from ba3c.learner import StepStats
 from ba3c.rundir import RunWriter, now_iso, plot_curve
+from ba3c.signals import EXIT_SIGNALLED
 from ba3c.state import RunState
-from ba3c.workers import EXIT_SIGNALLED
 
 # Below this the policy is (nearly) deterministic on the states being played. Breakout once went
 # 1.1 -> 1.6e-7 in ~140 updates and its return from 58 to 0, yet the same weights played normally
@@ -80,7 +80,7 @@ class Reporter:
               f"{fps:,.0f} fps | {ups:.2f} upd/s | return {mean:.2f} (last {len(rets)}; "
               f"{state.episodes} episodes) | elapsed {fmt_duration(state.elapsed(now))} ETA {fmt_duration(eta)}",
               flush=True)
-        row = {"time_s": round(state.elapsed(now), 2), "cpu_s": round(state.cpu_s, 1), "frames": state.frames,
+        row = {"time_s": round(state.elapsed(now), 2), "cpu_s": round(state.cpu_s, 3), "frames": state.frames,
                "updates": state.updates, "episodes": state.episodes, "frames_per_s": round(fps, 1),
                "updates_per_s": round(ups, 3), **self._returns_columns(), "lr": lr,
                **{f"t_{k}": round(v, 3) for k, v in stage_s.items()}}

@@ -8,6 +8,7 @@ writes the end. The threads live in `ba3c.workers`, rank 0's words and files in 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -28,8 +29,8 @@ from ba3c.report import Reporter
 from ba3c.rundir import base_meta, now_iso
 from ba3c.simulators import EnvSpec, make_simulator
 from ba3c.state import RunState
-from ba3c.workers import (EXIT_SIGNALLED, EvalThread, SignalFlag, SimulationThread, Timers, WatchdogThread,
-                          configure_tensorflow, cores_available)
+from ba3c.signals import EXIT_SIGNALLED, SignalFlag
+from ba3c.workers import EvalThread, SimulationThread, Timers, WatchdogThread, configure_tensorflow, cores_available
 
 __all__ = ["Trainer", "train", "configure_tensorflow", "cores_available"]  # the last two: benchmarks import them here
 
@@ -60,6 +61,10 @@ class Trainer:
                  flag: SignalFlag | None = None) -> None:
         self.cfg, self.spec, self.dist, self.run_dir = cfg, spec, dist, run_dir
         self.ckpt_dir = os.path.join(run_dir, "checkpoints")
+        if flag is None:  # the entry point installs it before the slow start-up; library callers get one here
+            flag = SignalFlag()
+            flag.install()
+        self.flag = flag
         self._build_pipeline()
         state, changes = self._restore() if resume and dist.is_root else (RunState(), {})
         self.state = state.broadcast(dist)
@@ -71,17 +76,17 @@ class Trainer:
             0, math.ceil((cfg.run.total_frames - self.state.frames) / self.frames_per_update))
         self.report = self._open_report(resume, changes) if dist.is_root else None
         self._build_workers()
-        if flag is None:  # the entry point installs it before the slow start-up; library callers get one here
-            flag = SignalFlag()
-            flag.install()
-        self.flag = flag
         self.stats: StepStats | None = None  # the last update's
         self.last_checkpoint_t = 0.0
 
     def _build_pipeline(self) -> None:
         s, l = self.cfg.sim, self.cfg.learn
-        self.sim = make_simulator(self.spec, s.num_envs, s.predict_batch, s.env_threads or cores_available(),
-                                  s.max_episode_frames)
+        if self.dist.is_root:
+            print(f"ba3c: starting {s.num_envs} {self.spec.name} simulators per rank", flush=True)
+        # ALE builds its emulators in one C++ call under the GIL (minutes for thousands of them)
+        with self.flag.fatal_during_c_call() if self.spec.kind == "atari" else contextlib.nullcontext():
+            self.sim = make_simulator(self.spec, s.num_envs, s.predict_batch, s.env_threads or cores_available(),
+                                      s.max_episode_frames)
         self.model_kind = resolve_model_kind(l.model, self.sim.obs_shape)
         self.model = build_model(self.model_kind, self.sim.obs_shape, self.sim.num_actions, seed=s.seed)  # same init on every rank
         self.lr = scaled_lr(self.cfg, self.dist.size)
@@ -165,6 +170,7 @@ class Trainer:
         self.learn_timers.seconds["allreduce"] += self.stats.allreduce_s
         self.state.updates += 1
         self.state.frames += self.frames_per_update
+        self.flag.started = True  # from now on a stop request checkpoints first
         self.watchdog.last_progress = time.monotonic()
         if self.sim_thread.error is not None:
             raise self.sim_thread.error

@@ -86,6 +86,32 @@ def resolve_env(name: str) -> EnvSpec:
     raise UnknownEnvError(f"--env: unknown game or environment '{name}'.{hint}")
 
 
+# AtariVectorEnv's default preprocessing: 4 stacked 84x84 grey frames (uint8).
+ATARI_OBS_SHAPE = (4, 84, 84)
+
+
+@dataclass(frozen=True)
+class ObsInfo:
+    """What the model and the memory check need to know before any simulator is built."""
+
+    shape: tuple[int, ...]
+    itemsize: int             # bytes per observation element as the pipeline stores it
+    discrete_actions: bool
+
+
+def observation_info(spec: EnvSpec) -> ObsInfo:
+    """Observation shape without starting emulators (a gymnasium env is made once and closed: cheap)."""
+    if spec.kind == "atari":
+        return ObsInfo(ATARI_OBS_SHAPE, 1, True)
+    import gymnasium as gym
+
+    env = gym.make(spec.name)
+    try:
+        return ObsInfo(tuple(env.observation_space.shape or ()), 4, isinstance(env.action_space, gym.spaces.Discrete))
+    finally:
+        env.close()
+
+
 class AtariSimulator:
     """ALE's C++ vector env; async when predict_batch < num_envs (first ready envs are returned)."""
 

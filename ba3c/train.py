@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -51,7 +52,36 @@ def _check_writable(run_dir: str) -> None:
         raise ConfigError(f"--run-dir: cannot write to '{run_dir}' ({parent or '.'}: {e.strerror}); choose another") from None
 
 
+def _check_fits(cfg: Config, spec) -> None:  # spec: simulators.EnvSpec
+    """The network against the observations, and the sizes against this host's memory."""
+    from ba3c import dist as dist_mod
+    from ba3c.model import resolve_model_kind
+    from ba3c.resources import available_memory, check_memory
+    from ba3c.simulators import observation_info
+
+    obs = observation_info(spec)
+    if not obs.discrete_actions:
+        raise ConfigError(f"--env {cfg.sim.env}: its action space is not discrete; ba3c's policies choose "
+                          f"among discrete actions (try an Atari game or CartPole-v1)")
+    model = resolve_model_kind(cfg.learn.model, obs.shape)
+    obs_bytes = obs.itemsize * max(1, math.prod(obs.shape))
+    check_memory(cfg, spec.kind, obs_bytes, model, dist_mod.ranks_on_this_host_hint(), available_memory())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from ba3c.signals import SignalFlag
+
+    # First of all: every thread started after this leaves the stop signals to the flag's thread,
+    # so a signal during the slow start-up (TF, emulators, MPI) ends the process at once.
+    flag = SignalFlag()
+    flag.install()
+    try:
+        return _main(argv, flag)
+    finally:
+        flag.restore()
+
+
+def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
     from ba3c import dist as dist_mod
     from ba3c.rundir import default_run_dir
     from ba3c.simulators import UnknownEnvError, resolve_env
@@ -60,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg, resume = resolve(argv)
         spec = resolve_env(cfg.sim.env)
         check_world(cfg, dist_mod.world_size_hint())
+        _check_fits(cfg, spec)
         run_dir = cfg.run.run_dir or default_run_dir(spec.name)
         _check_writable(run_dir)
         backend = dist_mod.choose_backend(cfg.run.dist)
@@ -67,11 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ba3c: error: {e}", file=sys.stderr)
         return 2
 
-    from ba3c.runner import train
-    from ba3c.workers import SignalFlag, configure_tensorflow
+    from ba3c.tfquiet import import_tensorflow_quietly
 
-    flag = SignalFlag()  # before the slow start-up (TF, MPI, model): a warning signal then is not fatal
-    flag.install()
+    import_tensorflow_quietly()
+    from ba3c.runner import train
+    from ba3c.workers import configure_tensorflow
+
     configure_tensorflow(cfg)
     d = dist_mod.init(backend)
     try:

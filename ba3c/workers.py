@@ -1,5 +1,6 @@
 """The threads beside the learner loop, and what they share with it: the simulation thread, rank 0's
-evaluation thread, the watchdog, the signal flag, per-stage timers, and TensorFlow's thread pools.
+evaluation thread, the watchdog, per-stage timers, and TensorFlow's thread pools. (Stop signals
+have their own thread, in `ba3c.signals`.)
 
 None of them decides anything about training: each is started and stopped by `ba3c.runner`.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 import collections
 import os
 import queue
-import signal
 import sys
 import threading
 import time
@@ -24,7 +24,6 @@ from ba3c.simulators import Simulator
 if TYPE_CHECKING:
     from ba3c.config import Config
 
-EXIT_SIGNALLED = 75  # stopped by a signal after writing a checkpoint: resume with --resume RUN_DIR
 EXIT_WATCHDOG = 70  # no update for --hang-timeout-min: a rank lost or stuck; resume with --resume RUN_DIR
 
 
@@ -171,28 +170,3 @@ class EvalThread(threading.Thread):
                 self.report(self.evaluate(self.model, updates), frames, updates, time_s)
             except BaseException as e:  # reported, never fatal to training
                 print(f"ba3c: WARNING: evaluation failed: {e}", file=sys.stderr, flush=True)
-
-
-class SignalFlag:
-    """SIGTERM / SIGINT / SIGUSR1 ask for a checkpoint and a clean stop; a second SIGINT exits at once."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._old: dict[int, Any] = {}
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-            self._old[s] = signal.signal(s, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            os._exit(130)  # files are only ever replaced atomically, so nothing is left half-written
-        self.received = signum
-        print(f"\nba3c: got {signal.Signals(signum).name}: checkpointing at the next sync point "
-              f"(press Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
-
-    def restore(self) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)

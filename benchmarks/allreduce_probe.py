@@ -1,6 +1,6 @@
 """Allreduce cost at one rank count (run under mpirun): Horovod and mpi4py, a sweep of message sizes.
 
-    mpirun -np R python benchmarks/allreduce_probe.py OUT.json [--reps 20]
+    mpirun -np R python -m benchmarks.allreduce_probe OUT.json [--reps 20]
 
 Rank 0 writes the median seconds per allreduce for each (backend, float32 count), plus the
 Nature CNN's gradient list as one grouped allreduce (what the trainer sends every update).

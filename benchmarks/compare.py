@@ -1,6 +1,6 @@
 """Put our evaluation scores next to the BA3C paper's, Gorila's, and the human and random baselines.
 
-    python benchmarks/compare.py [PATH ...] [--published benchmarks/published_scores.csv] [--out benchmarks/results]
+    python -m benchmarks.compare [PATH ...] [--published benchmarks/published_scores.csv] [--out benchmarks/results]
 
 Reads every evaluation JSON written by `python -m ba3c.evaluate` (files tagged with
 "schema": "ba3c-eval/1") found under the given files or directories (default:
@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
+
+from benchmarks import harness
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PUBLISHED = REPO / "benchmarks" / "published_scores.csv"
@@ -178,11 +180,7 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
 
 
 def plot(rows: list[Row], path: str | Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = harness.pyplot()
     cols = min(3, len(rows))
     nrows = (len(rows) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)

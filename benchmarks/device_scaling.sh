@@ -6,9 +6,9 @@
 set -u
 OUT=${OUT:-/tmp/out}
 common=(--seconds "${SECONDS_PER_RUN:-12}" --warmup "${WARMUP:-5}" --reps 10 --out "$OUT")
-timeout "${PART1_TIMEOUT:-330}" python3 benchmarks/scaling.py "${common[@]}" --name scaling-16core-part1 \
+timeout "${PART1_TIMEOUT:-330}" python3 -m benchmarks.scaling "${common[@]}" --name scaling-16core-part1 \
   --ranks 1,16 --layouts core,fat --fat-ranks 1 --overlap-ranks 16 --control-ranks 16 --sweep-ranks 16 > "$OUT/part1.log" 2>&1
 tail -15 "$OUT/part1.log"
-timeout "${PART2_TIMEOUT:-200}" python3 benchmarks/scaling.py "${common[@]}" --name scaling-16core-part2 \
+timeout "${PART2_TIMEOUT:-200}" python3 -m benchmarks.scaling "${common[@]}" --name scaling-16core-part2 \
   --ranks 2,4,8 --layouts core,fat --fat-ranks 2,4 --overlap-ranks "" --control-ranks "" --sweep-ranks 2,4 > "$OUT/part2.log" 2>&1
 tail -15 "$OUT/part2.log"

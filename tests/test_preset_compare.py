@@ -19,10 +19,10 @@ def _train(run_dir, preset: str) -> None:
 def test_preset_compare_cartpole(tmp_path):
     _train(tmp_path / "d", "default")
     _train(tmp_path / "p", "paper")
-    cmd = [sys.executable, "benchmarks/preset_compare.py", "--runs", f"default={tmp_path / 'd'},paper={tmp_path / 'p'}",
+    cmd = [sys.executable, "-m", "benchmarks.preset_compare", "--runs", f"default={tmp_path / 'd'},paper={tmp_path / 'p'}",
            "--thresholds", "15,20", "--out", str(tmp_path / "out")]
     p = subprocess.run(cmd + ["--measure-seconds", "5", "--warmup", "1"], cwd=ROOT, env=subprocess_env(),
-                       capture_output=True, text=True, timeout=400)
+                       capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     res = json.loads((tmp_path / "out" / "preset_compare-CartPole-v1.json").read_text())
     # two cost runs per preset, alternating, each with a positive rate and CPU cost

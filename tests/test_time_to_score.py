@@ -9,12 +9,12 @@ from conftest import ROOT, subprocess_env
 
 
 def test_time_to_score_cartpole(tmp_path):
-    p = subprocess.run([sys.executable, "benchmarks/time_to_score.py", "--env", "CartPole-v1", "--target", "120",
+    p = subprocess.run([sys.executable, "-m", "benchmarks.time_to_score", "--env", "CartPole-v1", "--target", "120",
                         "--total-frames", "400000", "--max-hours", "0.05", "--eval-every-frames", "20000",
                         "--eval-episodes", "4", "--run-dir", str(tmp_path / "run"), "--out-dir", str(tmp_path / "out"),
                         "--", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40", "--lr", "1e-3",
                         "--lr-scaling", "none"],
-                       cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=400)
+                       cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads((tmp_path / "out" / "time_to_score-cartpole-v1.json").read_text())
     assert res["reached"] and res["metric"] == "greedy evaluation mean"
@@ -26,11 +26,11 @@ def test_time_to_score_cartpole(tmp_path):
     assert 0 < res["core_hours_to_target"] <= res["core_hours_total"]
 
     # --resume continues the same run (frames and CPU seconds carry on), --tag names the output
-    p = subprocess.run([sys.executable, "benchmarks/time_to_score.py", "--env", "CartPole-v1", "--target", "1e9",
+    p = subprocess.run([sys.executable, "-m", "benchmarks.time_to_score", "--env", "CartPole-v1", "--target", "1e9",
                         "--total-frames", "400000", "--max-hours", "0.006", "--eval-every-frames", "20000",
                         "--eval-episodes", "2", "--resume", "--run-dir", str(tmp_path / "run"),
                         "--out-dir", str(tmp_path / "out"), "--tag", "more"],
-                       cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=400)
+                       cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
     more = json.loads((tmp_path / "out" / "time_to_score-cartpole-v1-more.json").read_text())
     assert more["resumed"] and not more["reached"]

@@ -20,9 +20,9 @@ def rows(run_dir) -> list[dict[str, str]]:
 
 
 def test_cartpole_learns(tmp_path):
-    """A real learning curve: mean return of 20 episodes >= 150 within 150k steps (~1 min here)."""
+    """A real learning curve: mean return of 20 episodes >= 150 within 150k steps (~1 min here; speed is
+    the benchmarks' business, not asserted)."""
     run = tmp_path / "cp"
-    t0 = time.time()
     p = run_train(["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40",
                    "--lr", "1e-3", "--lr-scaling", "none", "--total-frames", "150000", "--run-dir", str(run),
                    "--log-interval-s", "1", "--eval-every-frames", "50000", "--eval-episodes", "3"], timeout=300)
@@ -38,7 +38,6 @@ def test_cartpole_learns(tmp_path):
     assert all(int(e["episodes"]) == 3 and float(e["score_mean"]) >= 8 for e in evals)
     best = max(float(x["return_mean20"]) for x in r if x["return_mean20"])
     assert best >= 150, f"CartPole did not learn: best mean-20 return {best}"
-    assert time.time() - t0 < 180
     assert (run / "learning_curve.png").stat().st_size > 1000
     meta = json.loads((run / "meta.json").read_text())
     assert meta["end"] and meta["ranks"] == 1 and meta["versions"]["tensorflow-cpu"]

@@ -1,0 +1,152 @@
+"""The scaling model: pure arithmetic, no I/O, no processes (tests/test_scaling_model.py).
+
+Ring allreduce of `bytes` over r ranks:
+    t_allreduce(r) = a + 2(r-1)/r * bytes / bandwidth + 2(r-1) * latency      (0 for r = 1)
+fitted by least squares to measured (r, bytes, seconds) points. An update on r ranks:
+    sync exchange:    t = t_compute + t_allreduce(r),   efficiency = t_compute / t
+    overlap (ideal):  t = max(t_compute, t_allreduce(r))
+Weak-scaling efficiency of a measured run: its frames/s over r x one rank's (over one rank's for
+the `fat` layout, where every rank count shares the same cores).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+MODEL_FLOATS = 1_687_719  # Nature CNN parameters with Pong's 6 actions (the gradient message)
+BYTES_PER_FLOAT = 4
+MAX_GLOBAL_BATCH = 4096  # the trainer's limit
+NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A network, by nominal figures (editable): bandwidth and latency per message hop."""
+    bandwidth_bytes_per_s: float
+    latency_s: float
+
+
+NETWORKS = {
+    "10GbE": Link(1.25e9 * 0.8, 30e-6),
+    "100Gb/s InfiniBand": Link(12.5e9 * 0.8, 2e-6),
+}
+
+
+@dataclass(frozen=True)
+class AllreduceFit:
+    overhead_s: float
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    points: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"overhead_s": self.overhead_s, "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+                "latency_s": self.latency_s, "points": self.points}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> AllreduceFit | None:
+        if not d:
+            return None
+        return cls(d["overhead_s"], d["bandwidth_bytes_per_s"], d["latency_s"], d.get("points", 0))
+
+
+@dataclass(frozen=True)
+class AllreduceSample:
+    """One measured allreduce: `ranks` ranks, `nbytes` bytes, median `seconds`."""
+    ranks: int
+    nbytes: float
+    seconds: float
+
+
+def fit_allreduce(samples: Iterable[AllreduceSample]) -> AllreduceFit | None:
+    """Least squares for t = a + 2(r-1)/r * bytes / bandwidth + 2(r-1) * latency over samples with r >= 2.
+
+    Fewer than 3 samples: None. One rank count only: latency cannot be told apart from the fixed
+    overhead, so it is taken as 0. Negative coefficients are clipped to 0 (infinite bandwidth).
+    """
+    rows = [(1.0, 2 * (s.ranks - 1) / s.ranks * s.nbytes, 2.0 * (s.ranks - 1), s.seconds)
+            for s in samples if s.ranks >= 2]
+    if len(rows) < 3:
+        return None
+    a = np.array([r[:3] for r in rows])
+    if len({r[2] for r in rows}) < 2:
+        a[:, 2] = 0.0
+    coef, *_ = np.linalg.lstsq(a, np.array([r[3] for r in rows]), rcond=None)
+    overhead, inv_bw, latency = (max(float(c), 0.0) for c in coef)
+    return AllreduceFit(overhead, 1.0 / inv_bw if inv_bw > 0 else float("inf"), latency, len(rows))
+
+
+def t_allreduce(ranks: int, nbytes: float, fit: AllreduceFit) -> float:
+    if ranks <= 1:
+        return 0.0  # the trainer skips the exchange with one rank
+    return (fit.overhead_s + 2 * (ranks - 1) / ranks * nbytes / fit.bandwidth_bytes_per_s
+            + 2 * (ranks - 1) * fit.latency_s)
+
+
+def predict_efficiency(ranks: int, t_compute: float, fit: AllreduceFit, floats: int = MODEL_FLOATS) -> float:
+    """Modelled, sync exchange: no overlap of the exchange with compute (an upper bound on its cost)."""
+    return t_compute / (t_compute + t_allreduce(ranks, BYTES_PER_FLOAT * floats, fit))
+
+
+def weak_scaling_efficiency(frames_per_s: float, ranks: int, base_frames_per_s: float, shared_cores: bool) -> float:
+    """frames/s over r x one rank's; over one rank's alone when all rank counts share the same cores."""
+    return frames_per_s / ((1 if shared_cores else ranks) * base_frames_per_s)
+
+
+@dataclass(frozen=True)
+class NetModel:
+    """A network to project: its per-node pipeline rate (agent steps/s) and gradient size."""
+    name: str
+    node_steps_per_s: float
+    floats: int = MODEL_FLOATS  # the gradient message, in float32s
+
+
+@dataclass(frozen=True)
+class ProjectionPoint:
+    network: str
+    model: str
+    exchange: str
+    nodes: int
+    per_rank_batch: int
+    global_batch: int
+    frames_per_s: float
+    efficiency: float
+    allreduce_share: float
+    t_compute_ms: float
+    t_allreduce_ms: float
+    modelled: bool = True
+
+
+def net_models(per_core_steps: float, node_cores: int, train_rates: dict[str, Any] | None) -> list[NetModel]:
+    """The Nature CNN at the measured rate, and the paper's network scaled by the measured ratio of the
+    two networks' train-step rates (training dominates the pipeline). Linear scaling inside a node."""
+    node_steps = per_core_steps * node_cores
+    nets = [NetModel("nature", node_steps)]
+    if train_rates and "paper" in train_rates and "nature" in train_rates:
+        ratio = (train_rates["paper"]["train_samples_per_s_1thread"]
+                 / train_rates["nature"]["train_samples_per_s_1thread"])
+        nets.append(NetModel("paper", node_steps * ratio, int(train_rates["paper"]["params"])))
+    return nets
+
+
+def project(nets: Sequence[NetModel], overhead_s: float, batches: Sequence[int],
+            networks: dict[str, Link] = NETWORKS, frames_per_step: int = 4) -> list[ProjectionPoint]:
+    """Frames/s and efficiency for N nodes (one fat rank each) on each network. Modelled.
+
+    Per-node compute time for a batch b: b / node rate. `sync`: the exchange is added to the
+    update; `overlap` (--exchange overlap): t = max(compute, exchange), an idealisation.
+    """
+    out = []
+    for name, link in networks.items():
+        fit = AllreduceFit(overhead_s, link.bandwidth_bytes_per_s, link.latency_s)
+        for net in nets:
+            for b in batches:
+                for n in (n for n in NODE_COUNTS if b * n <= MAX_GLOBAL_BATCH):
+                    tc = b / net.node_steps_per_s
+                    ta = t_allreduce(n, BYTES_PER_FLOAT * net.floats, fit)
+                    for exchange, t in (("sync", tc + ta), ("overlap", max(tc, ta))):
+                        out.append(ProjectionPoint(name, net.name, exchange, n, b, b * n, frames_per_step * n * b / t,
+                                                   tc / t, ta / (tc + ta), 1000 * tc, 1000 * ta))
+    return out

@@ -1,0 +1,198 @@
+"""The scaling benchmark's results: what was measured, and the analysis derived from it (never mixed).
+
+`ScalingData` is what a run measures and saves after every step; `analyze()` derives a new
+`Analysis` from it (efficiencies, the fitted allreduce model, the projection) without changing it;
+`to_json()` writes both in the layout of benchmarks/results/scaling.json, and `ScalingData.from_json`
+reads that layout back (also files written before these classes existed), for --analyze-only.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from benchmarks import scaling_model as sm
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One trainer run (`mpirun -np ranks`) at one layout and exchange: its steady state, or an error."""
+    ranks: int
+    layout: str  # core | fat | node | independent (the no-exchange control)
+    exchange: str  # sync | overlap | none (the control)
+    threads_per_rank: int
+    oversubscribed: bool = False
+    command: str = ""
+    rows: int = 0
+    frames_per_s: float | None = None  # all ranks
+    updates_per_s: float | None = None
+    window_s: float | None = None
+    ms_per_update_rank0: dict[str, float] = field(default_factory=dict)
+    dist_backend: str | None = None
+    startup_s: float | None = None  # launch to the first progress row of every run directory
+    outcome: str | None = None
+    error: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.frames_per_s is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Measurement:
+        known = {f.name for f in fields(cls)}
+        return cls(**{"exchange": "sync", **{k: v for k, v in d.items() if k in known}})
+
+
+@dataclass(frozen=True)
+class AllreduceSweep:
+    """benchmarks/allreduce_probe.py's output at one rank count (rows: backend, floats, bytes, seconds)."""
+    ranks: int
+    reps: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    def samples(self, backend: str) -> list[sm.AllreduceSample]:
+        return [sm.AllreduceSample(self.ranks, r["bytes"], r["seconds"]) for r in self.rows
+                if r["backend"] == backend and not r.get("model_gradients")]
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AllreduceSweep:
+        return cls(d.get("ranks", 1), d.get("reps", 0), d.get("rows", []), d.get("error"))
+
+
+@dataclass
+class ScalingData:
+    """What one invocation measured (or several merged, e.g. one per cluster job)."""
+    machine: dict[str, Any]
+    date: str
+    config: dict[str, Any]
+    measured: list[Measurement] = field(default_factory=list)
+    allreduce: list[AllreduceSweep] = field(default_factory=list)
+    models: dict[str, Any] | None = None  # train-step samples/s of each network, for the projection
+    note: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ScalingData:
+        return cls(d["machine"], d.get("date", ""), d.get("config", {}),
+                   [Measurement.from_json(m) for m in d.get("measured", [])],
+                   [AllreduceSweep.from_json(s) for s in d.get("allreduce", [])], d.get("models"), d.get("note"))
+
+    def merged(self, other: ScalingData) -> ScalingData:
+        return replace(self, measured=self.measured + other.measured, allreduce=self.allreduce + other.allreduce)
+
+    def sorted(self) -> ScalingData:
+        return replace(self, measured=sorted(self.measured, key=lambda m: (m.layout, m.ranks)))
+
+    def base(self, layout: str) -> Measurement | None:
+        """The 1-rank synchronous run of a layout: what efficiencies are measured against."""
+        return next((m for m in self.measured if m.layout == layout and m.ranks == 1 and m.measured
+                     and m.exchange == "sync"), None)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A measurement with its efficiencies (None where there is nothing to compare with)."""
+    m: Measurement
+    efficiency: float | None = None  # over r x one rank's frames/s
+    efficiency_vs_control: float | None = None  # over r exchange-free runs on the same cores
+
+
+@dataclass(frozen=True)
+class Analysis:
+    scored: list[Scored]
+    fits: dict[str, sm.AllreduceFit | None]
+    t_compute_s: float | None = None
+    box_prediction: list[dict[str, Any]] = field(default_factory=list)
+    projection_node: dict[str, Any] | None = None
+    projection: list[sm.ProjectionPoint] = field(default_factory=list)
+    prediction_from: dict[str, Any] | None = None
+
+
+def score(data: ScalingData) -> list[Scored]:
+    out = []
+    for m in data.measured:
+        base = data.base("core" if m.layout == "independent" else m.layout)
+        eff = (sm.weak_scaling_efficiency(m.frames_per_s, m.ranks, base.frames_per_s, m.layout == "fat")
+               if base and m.measured else None)
+        ctrl = next((c for c in data.measured if c.layout == "independent" and c.ranks == m.ranks and c.measured), None)
+        vs_ctrl = m.frames_per_s / ctrl.frames_per_s if ctrl and m.layout == "core" and m.measured else None
+        out.append(Scored(m, eff, vs_ctrl))
+    return out
+
+
+def _projection_node(data: ScalingData, node_cores: int) -> tuple[dict[str, Any], float]:
+    fat, base = data.base("fat"), data.base("core")
+    per_core_steps = fat.frames_per_s / 4 / fat.threads_per_rank if fat else base.frames_per_s / 4
+    node = {"cores": node_cores, "per_core_agent_steps_per_s": per_core_steps,
+            "source": f"measured 1-rank {'fat' if fat else 'core'} layout on {data.machine.get('cpu')}",
+            "networks": {k: asdict(v) for k, v in sm.NETWORKS.items()},
+            "assumptions": "linear scaling inside a node; allreduce not overlapped with compute (sync exchange); "
+                           "Horovod software overhead per allreduce as fitted on this machine"}
+    return node, per_core_steps
+
+
+def _prediction_from(data: ScalingData, scored: list[Scored], path: str, other: dict[str, Any]) -> dict[str, Any] | None:
+    """The other machine's fitted exchange cost against this machine's measured compute time."""
+    ofit = sm.AllreduceFit.from_json((other.get("fit", {}).get("allreduce") or {}).get("horovod"))
+    base = data.base("core")
+    if not (base and ofit and ScalingData.from_json(other).base("core")):
+        return None
+    tc = 1.0 / base.updates_per_s
+    pts = []
+    for s in scored:
+        if s.m.layout == "core" and s.efficiency is not None and s.m.exchange == "sync":
+            pred = sm.predict_efficiency(s.m.ranks, tc, ofit)
+            pts.append({"ranks": s.m.ranks, "measured": s.efficiency, "predicted": pred, "error": pred - s.efficiency})
+    return {"file": os.path.basename(path), "machine": other.get("machine"), "fit": ofit.to_json(), "points": pts,
+            "modelled": True}
+
+
+def analyze(data: ScalingData, node_cores: int, fit_from: dict[str, Any] | None = None,
+            fit_from_path: str = "") -> Analysis:
+    """Efficiencies, the fitted model and the projection, from the measured points (modelled parts say so)."""
+    scored = score(data)
+    fits = {b: sm.fit_allreduce(s for sweep in data.allreduce for s in sweep.samples(b)) for b in ("horovod", "mpi")}
+    base, hfit = data.base("core"), fits["horovod"] or fits["mpi"]
+    extra: dict[str, Any] = {}
+    if base and hfit:
+        tc = 1.0 / base.updates_per_s
+        ranks = sorted({m.ranks for m in data.measured} | {16})
+        node, per_core_steps = _projection_node(data, node_cores)
+        nets = sm.net_models(per_core_steps, node_cores, data.models)
+        extra = {"t_compute_s": tc, "projection_node": node,
+                 "box_prediction": [{"ranks": r, "efficiency": sm.predict_efficiency(r, tc, hfit), "modelled": True}
+                                    for r in ranks],
+                 "projection": sm.project(nets, hfit.overhead_s, [32, 64])}
+    if fit_from is not None:
+        extra["prediction_from"] = _prediction_from(data, scored, fit_from_path, fit_from)
+    return Analysis(scored, fits, **extra)
+
+
+def to_json(data: ScalingData, a: Analysis | None) -> dict[str, Any]:
+    """The layout of benchmarks/results/scaling.json (numbers unrounded)."""
+    out: dict[str, Any] = {"machine": data.machine, "date": data.date, "config": data.config}
+    scored = a.scored if a else [Scored(m) for m in data.measured]
+    out["measured"] = [{**s.m.to_json(), **({"efficiency": s.efficiency} if s.efficiency is not None else {}),
+                        **({"efficiency_vs_control": s.efficiency_vs_control}
+                           if s.efficiency_vs_control is not None else {})} for s in scored]
+    out["allreduce"] = [s.to_json() for s in data.allreduce]
+    if data.models is not None:
+        out["models"] = data.models
+    if data.note:
+        out["note"] = data.note
+    if a is None:
+        return out
+    out["fit"] = {"allreduce": {b: f.to_json() if f else None for b, f in a.fits.items()}, "modelled": True}
+    if a.t_compute_s is not None:
+        out["fit"]["t_compute_s_per_update_1core"] = a.t_compute_s
+        out.update(box_prediction=a.box_prediction, projection_node=a.projection_node,
+                   projection=[asdict(p) for p in a.projection])
+    if a.prediction_from is not None:
+        out["prediction_from"] = a.prediction_from
+    return out

@@ -1,0 +1,87 @@
+"""benchmarks/scaling_model.py: the allreduce model, its fit, efficiencies and the projection, by hand."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks import scaling_model as sm
+
+FIT = sm.AllreduceFit(overhead_s=1e-3, bandwidth_bytes_per_s=1e9, latency_s=1e-5)
+
+
+def test_t_allreduce_by_hand():
+    assert sm.t_allreduce(1, 1e9, FIT) == 0.0  # one rank: no exchange
+    # 1 ms + 2(1)/2 x 1 MB / 1 GB/s + 2(1) x 10 us = 1 ms + 1 ms + 0.02 ms
+    assert sm.t_allreduce(2, 1e6, FIT) == pytest.approx(2.02e-3, rel=1e-12)
+    # 0 + 2(3)/4 x 4 MB / 2 GB/s + 2(3) x 1 us = 3 ms + 0.006 ms
+    assert sm.t_allreduce(4, 4e6, sm.AllreduceFit(0.0, 2e9, 1e-6)) == pytest.approx(3.006e-3, rel=1e-12)
+
+
+def test_predict_efficiency_by_hand():
+    fit = sm.AllreduceFit(0.01, 1e9, 0.0)
+    # 250,000 floats = 1 MB; t_allreduce(2) = 10 ms + 1 ms; 100 ms / 111 ms
+    assert sm.predict_efficiency(2, 0.1, fit, floats=250_000) == pytest.approx(0.1 / 0.111, rel=1e-12)
+    assert sm.predict_efficiency(1, 0.1, fit, floats=250_000) == 1.0
+
+
+def test_fit_recovers_the_model_exactly():
+    a, bw, lat = 2e-3, 1e9, 5e-6
+    true = sm.AllreduceFit(a, bw, lat)
+    samples = [sm.AllreduceSample(r, n, sm.t_allreduce(r, n, true)) for r in (2, 4) for n in (1e4, 1e6, 1e7)]
+    samples.append(sm.AllreduceSample(1, 1e6, 123.0))  # one rank: not an exchange, ignored
+    fit = sm.fit_allreduce(samples)
+    assert fit.points == 6
+    assert fit.overhead_s == pytest.approx(a, rel=1e-6)
+    assert fit.bandwidth_bytes_per_s == pytest.approx(bw, rel=1e-6)
+    assert fit.latency_s == pytest.approx(lat, rel=1e-4)
+
+
+def test_fit_one_rank_count_and_too_few_points():
+    # r = 2 only: latency cannot be told from the fixed cost and is 0; t = 1 ms + bytes / 2 GB/s
+    samples = [sm.AllreduceSample(2, n, 1e-3 + n / 2e9) for n in (1e6, 2e6, 4e6)]  # 1.5, 2, 3 ms
+    fit = sm.fit_allreduce(samples)
+    assert (fit.overhead_s, fit.latency_s, fit.points) == (pytest.approx(1e-3), 0.0, 3)
+    assert fit.bandwidth_bytes_per_s == pytest.approx(2e9)
+    assert sm.fit_allreduce(samples[:2]) is None
+    # time that falls with size (noise): the negative bandwidth term is clipped to 0 -> infinite bandwidth
+    noisy = sm.fit_allreduce([sm.AllreduceSample(2, n, t) for n, t in ((1e6, 2e-3), (2e6, 1.5e-3), (3e6, 1e-3))])
+    assert noisy.bandwidth_bytes_per_s == math.inf and noisy.overhead_s == pytest.approx(2.5e-3)
+
+
+def test_fit_json_round_trip():
+    assert sm.AllreduceFit.from_json(FIT.to_json()) == FIT
+    assert sm.AllreduceFit.from_json(None) is None
+
+
+def test_weak_scaling_efficiency():
+    assert sm.weak_scaling_efficiency(1800.0, 2, 1000.0, shared_cores=False) == pytest.approx(0.9)
+    assert sm.weak_scaling_efficiency(1800.0, 2, 1000.0, shared_cores=True) == pytest.approx(1.8)  # fat layout
+
+
+def test_net_models_scale_the_paper_net_by_measured_train_rates():
+    rates = {"nature": {"params": 1_687_719, "train_samples_per_s_1thread": 400.0},
+             "paper": {"params": 322_887, "train_samples_per_s_1thread": 100.0}}
+    nature, paper = sm.net_models(50.0, 24, rates)
+    assert (nature.name, nature.node_steps_per_s, nature.floats) == ("nature", 1200.0, sm.MODEL_FLOATS)
+    assert (paper.name, paper.node_steps_per_s, paper.floats) == ("paper", 300.0, 322_887)
+    assert sm.net_models(50.0, 24, None) == [nature]
+
+
+def test_projection_by_hand():
+    net = sm.NetModel("n", node_steps_per_s=1000.0, floats=250_000)  # 1 MB of gradients
+    pts = sm.project([net], overhead_s=1e-3, batches=[32], networks={"L": sm.Link(1e9, 0.0)})
+    by = {(p.nodes, p.exchange): p for p in pts}
+    assert sorted({p.nodes for p in pts}) == [1, 2, 4, 8, 16, 32, 64, 128]  # 32 x 128 = 4096, the limit
+    one = by[1, "sync"]  # 32 samples / 1000 per s = 32 ms, no exchange: 4 x 32 / 0.032 frames/s
+    assert (one.frames_per_s, one.efficiency, one.allreduce_share) == (pytest.approx(4000.0), 1.0, 0.0)
+    two = by[2, "sync"]  # exchange 1 ms + 1 MB / 1 GB/s = 2 ms; update 34 ms
+    assert two.t_compute_ms == pytest.approx(32.0) and two.t_allreduce_ms == pytest.approx(2.0)
+    assert two.frames_per_s == pytest.approx(4 * 2 * 32 / 0.034)
+    assert two.efficiency == pytest.approx(32 / 34) and two.allreduce_share == pytest.approx(2 / 34)
+    assert two.global_batch == 64 and two.modelled
+    over = by[2, "overlap"]  # hidden behind the 32 ms of compute
+    assert over.frames_per_s == pytest.approx(8000.0) and over.efficiency == pytest.approx(1.0)
+    four = by[4, "sync"]  # 1 ms + 2(3)/4 x 1 ms = 2.5 ms
+    assert four.t_allreduce_ms == pytest.approx(2.5)
+    assert max(p.nodes for p in sm.project([net], 1e-3, [64], {"L": sm.Link(1e9, 0.0)})) == 64  # 64 x 128 > 4096
