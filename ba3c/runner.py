@@ -30,9 +30,7 @@ from ba3c.rundir import base_meta, now_iso
 from ba3c.simulators import EnvSpec, make_simulator
 from ba3c.state import RunState
 from ba3c.signals import EXIT_SIGNALLED, SignalFlag
-from ba3c.workers import EvalThread, SimulationThread, Timers, WatchdogThread, configure_tensorflow, cores_available
-
-__all__ = ["Trainer", "train", "configure_tensorflow", "cores_available"]  # the last two: benchmarks import them here
+from ba3c.workers import EvalThread, SimulationThread, Timers, WatchdogThread, cores_available
 
 
 class RankStats(NamedTuple):

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ba3c.config import Config
-from ba3c.runner import configure_tensorflow, cores_available
+from ba3c.workers import configure_tensorflow, cores_available
 from ba3c.simulators import AtariSimulator, EnvSpec, resolve_env
 from benchmarks import harness
 
