@@ -9,7 +9,7 @@ export OMPI_MCA_mpi_yield_when_idle ?= 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install train test test-fast throughput-benchmark scaling-benchmark time-to-score clean-venv
+.PHONY: install train test test-fast throughput-benchmark scaling-benchmark time-to-score batch-scaling clean-venv
 
 install: $(STAMP)
 
@@ -37,6 +37,9 @@ scaling-benchmark: $(STAMP)
 
 time-to-score: $(STAMP)
 	$(PY) -m benchmarks.time_to_score $(ARGS)
+
+batch-scaling: $(STAMP)
+	$(PY) -m benchmarks.batch_scaling $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -89,6 +89,9 @@ class RunConfig:
     queue_batches: int = _f(2, "train batches buffered between simulation and learner (bounds policy lag)")
     dist: str = _f("auto", "gradient exchange: auto (horovod if built with MPI, else mpi when launched by mpirun, else none), horovod, mpi, none", choices=DIST_BACKENDS)
     stats_interval_updates: int = _f(20, "updates between gathers of episode statistics from all ranks")
+    rehearse_ranks: int = _f(1, "rehearse a run on K x the ranks: each process plays K ranks' part (K x simulators, "
+                             "K x train batch per update; lr, warm-up and frame counts as that run computes them); "
+                             "1: off")
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ def validate(cfg: Config) -> None:
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
                     checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min, keep_checkpoints=r.keep_checkpoints,
                     queue_batches=r.queue_batches, eval_episodes=r.eval_episodes, stats_interval_updates=r.stats_interval_updates,
-                    adam_eps=l.adam_eps)
+                    adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks)
     for name, v in positive.items():
         if v <= 0:
             raise ConfigError(f"{_flag(name)}: must be > 0, got {v}")
@@ -183,6 +186,7 @@ def validate(cfg: Config) -> None:
                           f"use at most {s.num_envs} (or raise --num-envs)")
     if l.train_batch > MAX_GLOBAL_BATCH:
         raise ConfigError(f"--train-batch {l.train_batch} exceeds the global batch limit {MAX_GLOBAL_BATCH}")
+    check_world(cfg, 1)
     # Each train sample is one agent step; a rank needs at least one full n-step segment of its
     # simulators to fill a batch without waiting on a single environment for ever.
     if l.train_batch > s.num_envs * l.n_step * 64:
@@ -194,17 +198,27 @@ def validate(cfg: Config) -> None:
                           f"{s.max_episode_frames} allows; lower --n-step or raise the cap")
 
 
+def data_ranks(cfg: Config, world_size: int) -> int:
+    """The ranks whose data one update holds: the real ones, times --rehearse-ranks."""
+    return world_size * cfg.run.rehearse_ranks
+
+
+def global_batch(cfg: Config, world_size: int) -> int:
+    return cfg.learn.train_batch * data_ranks(cfg, world_size)
+
+
 def check_world(cfg: Config, world_size: int) -> None:
     """Checks that need the number of ranks (run before any expensive start-up)."""
-    gb = cfg.learn.train_batch * world_size
+    gb, ranks = global_batch(cfg, world_size), data_ranks(cfg, world_size)
     if gb > MAX_GLOBAL_BATCH:
-        raise ConfigError(f"global batch {cfg.learn.train_batch} x {world_size} ranks = {gb} exceeds "
-                          f"{MAX_GLOBAL_BATCH}; lower --train-batch to at most {MAX_GLOBAL_BATCH // world_size}")
+        what = f"{world_size} ranks" + (f" x --rehearse-ranks {cfg.run.rehearse_ranks}" if cfg.run.rehearse_ranks > 1 else "")
+        raise ConfigError(f"global batch {cfg.learn.train_batch} x {what} = {gb} exceeds "
+                          f"{MAX_GLOBAL_BATCH}; lower --train-batch to at most {MAX_GLOBAL_BATCH // ranks}")
 
 
 def scaled_lr(cfg: Config, world_size: int) -> float:
-    """Learning rate for the global batch, by the named rule in `lr_scaling`."""
-    ratio = cfg.learn.train_batch * world_size / cfg.learn.lr_ref_batch
+    """Learning rate for the global batch (rehearsed ranks included), by the rule in `lr_scaling`."""
+    ratio = global_batch(cfg, world_size) / cfg.learn.lr_ref_batch
     rule = cfg.learn.lr_scaling
     if rule == "linear":
         return cfg.learn.lr * ratio

@@ -22,6 +22,8 @@ class TrainBatch:
     actions: np.ndarray     # int32
     returns: np.ndarray     # float32 bootstrapped n-step returns
     advantages: np.ndarray  # float32 returns - value at acting time
+    # int64 learner updates made when each action was chosen (policy lag = now - this); synthetic batches: 0
+    versions: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
 
 
 @dataclass
@@ -47,6 +49,7 @@ class _EnvBuffer:
     obs: list = field(default_factory=list)
     actions: list = field(default_factory=list)
     values: list = field(default_factory=list)
+    versions: list = field(default_factory=list)
     rewards: list = field(default_factory=list)
     resetting: bool = False  # the last obs ended an episode: the next one starts a new episode
     score: float = 0.0
@@ -64,11 +67,13 @@ class Experience:
         self._act = np.empty(train_batch, np.int32)
         self._ret = np.empty(train_batch, np.float32)
         self._adv = np.empty(train_batch, np.float32)
+        self._ver = np.empty(train_batch, np.int64)
         self._fill = 0
 
-    def add(self, batch: Batch, values: np.ndarray, actions: np.ndarray) -> tuple[list[TrainBatch], list[Episode]]:
-        """Record one predictor batch and the predictor's values and actions for it; return the
-        training batches and episodes it completed."""
+    def add(self, batch: Batch, values: np.ndarray, actions: np.ndarray,
+            version: int = 0) -> tuple[list[TrainBatch], list[Episode]]:
+        """Record one predictor batch and the predictor's values and actions for it (chosen by the
+        policy after `version` updates); return the training batches and episodes it completed."""
         obs, rewards, terminated, truncated = batch.obs, batch.reward, batch.terminated, batch.truncated
         batches: list[TrainBatch] = []
         episodes: list[Episode] = []
@@ -92,6 +97,7 @@ class Experience:
             b.obs.append(obs[j].copy())
             b.actions.append(int(actions[j]))
             b.values.append(float(values[j]))
+            b.versions.append(version)
         return batches, episodes
 
     def _flush(self, b: _EnvBuffer, bootstrap: float, out: list[TrainBatch]) -> None:
@@ -104,9 +110,10 @@ class Experience:
                 self._act[i] = b.actions[k]
                 self._ret[i] = rets[k]
                 self._adv[i] = rets[k] - b.values[k]
+                self._ver[i] = b.versions[k]
                 self._fill += 1
                 if self._fill == self.train_batch:
                     out.append(TrainBatch(self._obs.copy(), self._act.copy(), self._ret.copy(),
-                                          self._adv.copy()))
+                                          self._adv.copy(), self._ver.copy()))
                     self._fill = 0
-        b.obs.clear(); b.actions.clear(); b.values.clear(); b.rewards.clear()
+        b.obs.clear(); b.actions.clear(); b.values.clear(); b.versions.clear(); b.rewards.clear()

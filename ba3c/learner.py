@@ -21,6 +21,7 @@ class StepStats:
     grad_norm: float
     train_s: float       # whole update, wall time
     allreduce_s: float   # host-side exchange (mpi backend); 0 where it runs inside the graph
+    policy_lag: float    # mean over the batch of updates made since its actions were chosen
 
 
 def _clip(tf, grads: list, mode: str, threshold: float) -> tuple[list, object]:
@@ -103,13 +104,14 @@ class Learner:
 
     def train(self, batch: TrainBatch) -> StepStats:
         t0 = time.perf_counter()
+        lag = float(self.updates - batch.versions.mean())
         tf = self._tf
         args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns),
                 tf.constant(batch.advantages))
         losses, norm, exchange_s = self._update(args)
         pl, vl, ent = (float(x) for x in losses.numpy())
         self.updates += 1
-        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s)
+        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag)
 
     # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds).
     def _update_fused(self, args: tuple) -> tuple:

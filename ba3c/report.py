@@ -27,7 +27,7 @@ from ba3c.state import RunState
 COLLAPSED_ENTROPY = 1e-3
 # StepStats field = progress.csv column -> TensorBoard tag
 LOSSES = (("policy_loss", "losses/policy"), ("value_loss", "losses/value"), ("entropy", "losses/entropy"),
-          ("grad_norm", "losses/grad_norm"))
+          ("grad_norm", "losses/grad_norm"), ("policy_lag", "perf/policy_lag"))
 
 
 def fmt_duration(s: float) -> str:

@@ -38,12 +38,13 @@ class MemoryEstimate:
 
 def estimate_memory(cfg: Config, kind: str, obs_bytes: int, model: str) -> MemoryEstimate:
     s, l, r = cfg.sim, cfg.learn, cfg.run
-    per_env = EMULATOR_BYTES[kind]
+    k = r.rehearse_ranks  # a rehearsal holds K ranks' simulators and batches in one process
+    num_envs, train_batch, predict_batch = s.num_envs * k, l.train_batch * k, s.predict_batch * k
     # each environment's segment holds up to n_step + 1 observations; the simulator keeps ~2 more
-    frames = s.num_envs * (l.n_step + 3) * obs_bytes
-    in_flight = (r.queue_batches + 2) * l.train_batch * obs_bytes
-    activations = (l.train_batch + s.predict_batch) * TRAIN_BYTES_PER_SAMPLE[model]
-    return MemoryEstimate(s.num_envs * per_env, frames, in_flight + activations, BASE_BYTES)
+    frames = num_envs * (l.n_step + 3) * obs_bytes
+    in_flight = (r.queue_batches + 2) * train_batch * obs_bytes
+    activations = (train_batch + predict_batch) * TRAIN_BYTES_PER_SAMPLE[model]
+    return MemoryEstimate(num_envs * EMULATOR_BYTES[kind], frames, in_flight + activations, BASE_BYTES)
 
 
 def available_memory() -> int:
@@ -84,26 +85,28 @@ def check_memory(cfg: Config, kind: str, obs_bytes: int, model: str, ranks_here:
     who = f" x {ranks_here} ranks on this host" if ranks_here > 1 else ""
     need = (f"needs about {_size(est.total * ranks_here)} ({_size(est.emulators)} emulators, {_size(est.frames)} frames, "
             f"{_size(est.batches)} batches, {_size(est.base)} TensorFlow per rank{who})")
+    rehearse = f" x --rehearse-ranks {cfg.run.rehearse_ranks}" if cfg.run.rehearse_ranks > 1 else ""
     raise ConfigError(f"--num-envs {cfg.sim.num_envs} with --train-batch {cfg.learn.train_batch} and --queue-batches "
-                      f"{cfg.run.queue_batches} {need}; this machine has {_size(available)} available; "
+                      f"{cfg.run.queue_batches}{rehearse} {need}; this machine has {_size(available)} available; "
                       f"{_what_fits(cfg, est, usable // ranks_here)}")
 
 
 def _what_fits(cfg: Config, est: MemoryEstimate, per_rank: int) -> str:
     """The largest change of the dominant term that fits (the other sizes kept)."""
     if est.emulators + est.frames >= est.batches:
-        per_env = (est.emulators + est.frames) / cfg.sim.num_envs
-        envs = math.floor((per_rank - est.batches - est.base) / per_env)
+        per_env = (est.emulators + est.frames) / (cfg.sim.num_envs * cfg.run.rehearse_ranks)
+        envs = math.floor((per_rank - est.batches - est.base) / per_env) // cfg.run.rehearse_ranks
         if envs >= cfg.sim.predict_batch:
             return f"use at most --num-envs {envs}"
     elif cfg.run.queue_batches > 8:
         return f"use a small --queue-batches (default 2: it also bounds the policy lag)"
     else:
-        per_sample = est.batches / (cfg.learn.train_batch * (cfg.run.queue_batches + 2) + cfg.sim.predict_batch)
+        k = cfg.run.rehearse_ranks
+        per_sample = est.batches / (k * cfg.learn.train_batch * (cfg.run.queue_batches + 2) + k * cfg.sim.predict_batch)
         room = per_rank - est.emulators - est.frames - est.base
         batch = math.floor(room / per_sample / (cfg.run.queue_batches + 2)) if room > 0 else 0
         if batch >= 1:
-            return f"use at most --train-batch {batch} (or fewer ranks per host)"
+            return f"use at most --train-batch {batch // k} (or fewer ranks per host)"
     return "lower --num-envs, --train-batch or --queue-batches, or use fewer ranks per host"
 
 

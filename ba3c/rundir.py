@@ -19,6 +19,8 @@ EVAL_FIELDS = ["time_s", "frames", "updates", "policy", "episodes", "score_mean"
 PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
                    "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",
                    "entropy", "grad_norm", "lr",
+                   # policy_lag: mean updates between choosing an action and training on it (last update)
+                   "policy_lag",
                    # cpu_s: CPU seconds of all ranks' processes since the run began (all threads, resumes
                    # included): core-hours that stay honest on a shared or oversubscribed machine
                    # rank 0's cumulative seconds per stage (differences between rows give a window's split)

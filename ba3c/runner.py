@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ba3c import checkpoint as ckpt
-from ba3c.config import Config, scaled_lr
+from ba3c.config import Config, data_ranks, global_batch, scaled_lr
 from ba3c.dist import Dist
 from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
@@ -68,7 +68,7 @@ class Trainer:
         self.state = state.broadcast(dist)
         self.learner.broadcast_from_root()
         self.learner.updates = self.state.updates
-        self.frames_per_update = cfg.learn.train_batch * dist.size * spec.frames_per_step
+        self.frames_per_update = global_batch(cfg, dist.size) * spec.frames_per_step
         # Frames so far come from the checkpoint: a resume may change the world size, hence frames per update.
         self.total_updates = self.state.updates + max(
             0, math.ceil((cfg.run.total_frames - self.state.frames) / self.frames_per_update))
@@ -79,12 +79,14 @@ class Trainer:
 
     def _build_pipeline(self) -> None:
         s, l = self.cfg.sim, self.cfg.learn
+        k = self.cfg.run.rehearse_ranks  # a rehearsal plays k ranks' simulators in this process
         if self.dist.is_root:
-            print(f"ba3c: starting {s.num_envs} {self.spec.name} simulators per rank", flush=True)
+            rehearsal = f" (rehearsing {data_ranks(self.cfg, self.dist.size)} ranks: {k} per process)" if k > 1 else ""
+            print(f"ba3c: starting {s.num_envs * k} {self.spec.name} simulators per rank{rehearsal}", flush=True)
         # ALE builds its emulators in one C++ call under the GIL (minutes for thousands of them)
         with self.flag.fatal_during_c_call() if self.spec.kind == "atari" else contextlib.nullcontext():
-            self.sim = make_simulator(self.spec, s.num_envs, s.predict_batch, s.env_threads or cores_available(),
-                                      s.max_episode_frames)
+            self.sim = make_simulator(self.spec, s.num_envs * k, s.predict_batch * k,
+                                      s.env_threads or cores_available(), s.max_episode_frames)
         self.model_kind = resolve_model_kind(l.model, self.sim.obs_shape)
         self.model = build_model(self.model_kind, self.sim.obs_shape, self.sim.num_actions, seed=s.seed)  # same init on every rank
         self.lr = scaled_lr(self.cfg, self.dist.size)
@@ -110,7 +112,8 @@ class Trainer:
     def _open_report(self, resumed: bool, changes: dict[str, list[Any]]) -> Reporter:
         meta = {**base_meta(self.dist.name, self.dist.size), "start": now_iso(), "end": None, "model": self.model_kind,
                 "env": {"kind": self.spec.kind, "name": self.spec.name},
-                "global_batch": self.cfg.learn.train_batch * self.dist.size, "lr_effective": self.lr,
+                "global_batch": global_batch(self.cfg, self.dist.size), "lr_effective": self.lr,
+                "rehearse_ranks": self.cfg.run.rehearse_ranks,
                 "num_params": int(self.model.count_params()),
                 "resumed_from_update": self.state.updates if resumed else None, "config_changes_on_resume": changes}
         return Reporter(self.run_dir, self.cfg, meta, self.state, self.total_updates, self.frames_per_update, resumed)
@@ -119,12 +122,15 @@ class Trainer:
         s, l, r = self.cfg.sim, self.cfg.learn, self.cfg.run
         rank, sim = self.dist.rank, self.sim
         rng = np.random.default_rng([s.seed, rank, self.state.updates])
-        # Disjoint seed blocks per rank (seed + rank), shifted on resume so emulators do not replay starts.
-        env_seed = (s.seed + rank) * s.num_envs + self.state.updates * 7919
-        exp = Experience(s.num_envs, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch,
+        k = r.rehearse_ranks
+        # Disjoint seed blocks per rank (seed + rank), shifted on resume so emulators do not replay starts;
+        # a rehearsal's k ranks' simulators take the k consecutive blocks those ranks would have.
+        env_seed = (s.seed + rank * k) * s.num_envs + self.state.updates * 7919
+        exp = Experience(s.num_envs * k, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch * k,
                          clip_rewards=self.spec.kind == "atari")
+        learner = self.learner
         self.sim_thread = SimulationThread(sim, Predictor(self.model, sim.obs_shape, sim.obs_dtype), exp, rng,
-                                           env_seed, r.queue_batches)
+                                           env_seed, r.queue_batches, policy_version=lambda: learner.updates)
         self.learn_timers = Timers()
         self.watchdog = WatchdogThread(r.hang_timeout_min * 60, rank)
         self.evaluator: EvalThread | None = None
@@ -215,7 +221,8 @@ class Trainer:
 
     def _save_checkpoint(self) -> None:
         assert self.report is not None
-        meta = {**self.state.to_meta(), "world_size": self.dist.size, "config": self.cfg.to_dict(),
+        meta = {**self.state.to_meta(), "world_size": self.dist.size, "rehearse_ranks": self.cfg.run.rehearse_ranks,
+                "config": self.cfg.to_dict(),
                 "rng": {"seed": self.cfg.sim.seed}, "model": self.model_kind, "num_actions": self.sim.num_actions,
                 "obs_shape": list(self.sim.obs_shape)}
         path = ckpt.save(self.ckpt_dir, self.state.updates, self.learner.state_arrays(), meta,

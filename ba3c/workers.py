@@ -63,9 +63,10 @@ class SimulationThread(threading.Thread):
     """Simulators -> predictor -> experience -> bounded queue of train batches."""
 
     def __init__(self, sim: Simulator, predictor, experience: Experience, rng: np.random.Generator, env_seed: int,
-                 queue_batches: int) -> None:
+                 queue_batches: int, policy_version: Callable[[], int] = lambda: 0) -> None:
         super().__init__(name="SimulationThread", daemon=True)
         self.sim, self.predictor, self.experience, self.rng = sim, predictor, experience, rng
+        self.policy_version = policy_version  # the learner's update count: whose weights chose the actions
         self.env_seed = env_seed
         self.out: queue.Queue[TrainBatch] = queue.Queue(maxsize=queue_batches)  # bounds policy lag
         self.stop = threading.Event()
@@ -93,11 +94,12 @@ class SimulationThread(threading.Thread):
             b = self.sim.reset(self.env_seed)
             while not self.stop.is_set():
                 t = time.perf_counter()
+                version = self.policy_version()  # read before the forward pass: the weights it uses are at least this new
                 logits, values = self.predictor(b.obs)
                 actions = sample_actions(logits, self.rng)
                 t = self.timers.add("predict", t)
                 self.sim.send(actions)
-                batches, episodes = self.experience.add(b, values, actions)
+                batches, episodes = self.experience.add(b, values, actions, version)
                 if episodes:
                     with self._lock:
                         self._episodes.extend(episodes)

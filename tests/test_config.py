@@ -77,6 +77,8 @@ BAD = [
     # sizes against this machine's memory (emulators, frame stacks, queued batches)
     (["--env", "pong", "--num-envs", "100000000"], "use at most --num-envs"),
     (["--queue-batches", "1000000000"], "--queue-batches"),
+    (["--rehearse-ranks", "128"], "--rehearse-ranks"),
+    (["--rehearse-ranks", "0"], "--rehearse-ranks"),
     (["--model", "paper", "--train-batch", "4096", "--num-envs", "100000", "--predict-batch", "16"], "available"),
 ]
 

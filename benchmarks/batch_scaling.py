@@ -1,0 +1,204 @@
+"""Learning per frame against the global batch: frames to reach a score at global batch 64 ... 2048.
+
+    python -m benchmarks.batch_scaling --run 2048:sqrt --max-hours 2     # one point (resumes its run)
+    python -m benchmarks.batch_scaling --run next --max-hours 2          # the first unfinished point
+    python -m benchmarks.batch_scaling --analyze-only                     # table, JSON and plot only
+
+Each point is a one-machine rehearsal of a many-rank run (`ba3c.train --rehearse-ranks K`): the
+same data per update, learning rate and warm-up as K ranks would use, so frames to the target
+depend on the global batch and the lr rule, not on this machine. A point runs through
+`benchmarks.time_to_score` (criterion: mean training return of the last 20 episodes, the same as
+the committed Pong result) until the target or the frame cap, and resumes where it stopped when
+run again. Writes benchmarks/results/batch_scaling.{json,png} from every point's progress.csv
+(copied to benchmarks/results/batch_scaling-POINT-progress.csv, so curves survive the run
+directory), with each point's state: reached, stopped at the cap, or partial.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from benchmarks import harness
+from benchmarks.harness import Row
+from benchmarks.time_to_score import first_reach
+from benchmarks.time_to_score import main as time_to_score
+
+BASE_BATCH = {"sqrt": 64, "linear": 64, "paper": 32}  # per rehearsed rank: the default preset's, the paper's
+DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:paper"
+# The committed one-rank Pong run (default config: global batch 64, lr 5e-4 by the sqrt rule at its reference)
+EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
+
+
+@dataclass(frozen=True)
+class Point:
+    global_batch: int
+    rule: str  # sqrt | linear (ba3c's --lr-scaling at the default preset) | paper (--preset paper: fixed 1e-3)
+
+    @property
+    def name(self) -> str:
+        return f"gb{self.global_batch}-{self.rule}"
+
+    @property
+    def rehearse_ranks(self) -> int:
+        return self.global_batch // BASE_BATCH[self.rule]
+
+    def trainer_flags(self) -> list[str]:
+        if self.rule == "paper":
+            return ["--preset", "paper", "--rehearse-ranks", str(self.rehearse_ranks)]
+        return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
+                "--lr-scaling", self.rule]
+
+
+@dataclass(frozen=True)
+class PointResult:
+    point: str
+    global_batch: int
+    rule: str
+    state: str                  # reached | frame cap | partial (stopped by the time budget; resumable)
+    frames_to_target: int | None
+    frames_total: int
+    best_return_mean20: float | None
+    wall_hours: float | None    # trainer wall time so far (all invocations)
+    cpu_hours: float | None     # CPU time of the trainer process so far
+    source: str
+
+
+def parse_point(text: str) -> Point:
+    try:
+        batch, rule = text.split(":")
+        point = Point(int(batch), rule)
+    except ValueError:
+        raise SystemExit(f"batch_scaling: point '{text}' is not GLOBAL_BATCH:RULE (e.g. 2048:sqrt)") from None
+    if rule not in BASE_BATCH or point.global_batch % BASE_BATCH[rule] or point.global_batch > 4096:
+        raise SystemExit(f"batch_scaling: point '{text}': rule one of {', '.join(BASE_BATCH)}, global batch a "
+                         f"multiple of {BASE_BATCH.get(rule, 64)} up to 4096")
+    return point
+
+
+def run_dir(args: argparse.Namespace, p: Point) -> str:
+    return os.path.abspath(os.path.join(args.runs_dir, p.name))
+
+
+def progress_copy(args: argparse.Namespace, p: Point) -> str:
+    return os.path.join(args.out, f"batch_scaling-{args.env.lower()}-{p.name}-progress.csv")
+
+
+def rows_of(args: argparse.Namespace, p: Point) -> tuple[list[Row], str]:
+    """A point's progress rows: its run directory if present, else the committed copy."""
+    live = os.path.join(run_dir(args, p), "progress.csv")
+    for path in (live, progress_copy(args, p)):
+        if os.path.exists(path):
+            return harness.read_rows(path), path
+    if p == Point(64, "sqrt") and args.env == "pong" and os.path.exists(EARLIER_64):
+        return harness.read_rows(EARLIER_64), EARLIER_64
+    return [], ""
+
+
+def summarize(args: argparse.Namespace, p: Point) -> PointResult | None:
+    rows, source = rows_of(args, p)
+    if not rows:
+        return None
+    hit = first_reach(rows, args.target, "return_mean20")
+    last = rows[-1]
+    frames = int(last["frames"])
+    state = "reached" if hit else ("frame cap" if frames >= args.frame_cap else "partial")
+    best = max((float(r["return_mean20"]) for r in rows if r.get("return_mean20")), default=None)
+    cpu = float(last["cpu_s"]) / 3600 if last.get("cpu_s") else None
+    return PointResult(p.name, p.global_batch, p.rule, state, int(hit["frames"]) if hit else None, frames, best,
+                       float(last["time_s"]) / 3600, cpu, os.path.relpath(source, harness.ROOT))
+
+
+def run_point(args: argparse.Namespace, p: Point) -> None:
+    d = run_dir(args, p)
+    resume = os.path.exists(os.path.join(d, "config.json"))
+    argv = ["--env", args.env, "--criterion", "train20", "--target", str(args.target), "--total-frames",
+            str(args.frame_cap), "--max-hours", str(args.max_hours), "--run-dir", d, "--out-dir", args.out,
+            "--tag", f"batch-{p.name}", "--nice", str(args.nice)]
+    if resume:
+        argv.append("--resume")
+    time_to_score(argv + ["--", *p.trainer_flags()])
+    if os.path.exists(os.path.join(d, "progress.csv")):
+        shutil.copy(os.path.join(d, "progress.csv"), progress_copy(args, p))
+
+
+def plot(results: list[PointResult], args: argparse.Namespace, points: list[Point], path: str) -> None:
+    plt = harness.pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    for p in points:
+        rows, _ = rows_of(args, p)
+        xs = [int(r["frames"]) / 1e6 for r in rows if r.get("return_mean20")]
+        ys = [float(r["return_mean20"]) for r in rows if r.get("return_mean20")]
+        if xs:
+            ax1.plot(xs, ys, label=f"global batch {p.global_batch}, {p.rule}")
+    ax1.axhline(args.target, color="grey", ls=":")
+    ax1.set(xlabel="frames (M)", ylabel="training return, mean of last 20", title=f"{args.env}: return against frames")
+    ax1.legend(fontsize=8)
+    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("paper", "^")):
+        done = [r for r in results if r.rule == rule]
+        reached = [r for r in done if r.frames_to_target]
+        ax2.plot([r.global_batch for r in reached], [r.frames_to_target / 1e6 for r in reached], marker, ls="-",
+                 label=f"{rule}: frames to {args.target:g}")
+        open_ = [r for r in done if not r.frames_to_target]
+        ax2.plot([r.global_batch for r in open_], [r.frames_total / 1e6 for r in open_], marker, mfc="none",
+                 ls="none", label=f"{rule}: not yet reached (frames so far)")
+    ax2.set_xscale("log", base=2)
+    ax2.set(xlabel="global batch", ylabel="frames (M)", title=f"frames to mean-20 return {args.target:g}")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def analyze(args: argparse.Namespace, points: list[Point]) -> list[PointResult]:
+    results = [r for r in (summarize(args, p) for p in points) if r is not None]
+    out: dict[str, Any] = {"env": args.env, "target_return_mean20": args.target, "frame_cap": args.frame_cap,
+                           "protocol": "one-machine rehearsal (--rehearse-ranks) of a run at each global batch; "
+                                       "criterion: mean training return of the last 20 episodes (sampled policy)",
+                           "machine": harness.machine(), "points": [asdict(r) for r in results]}
+    os.makedirs(args.out, exist_ok=True)
+    name = "batch_scaling" if args.env == "pong" else f"batch_scaling-{args.env.lower()}"
+    with open(os.path.join(args.out, f"{name}.json"), "w") as fh:
+        json.dump(out, fh, indent=2)
+    plot(results, args, points, os.path.join(args.out, f"{name}.png"))
+    print(f"{'point':<16}{'state':<11}{'frames to target':>18}{'frames so far':>15}{'best mean-20':>14}{'wall h':>8}")
+    for r in results:
+        ftt = f"{r.frames_to_target:,}" if r.frames_to_target else "-"
+        best = f"{r.best_return_mean20:.1f}" if r.best_return_mean20 is not None else "-"
+        print(f"{r.point:<16}{r.state:<11}{ftt:>18}{r.frames_total:>15,}{best:>14}{r.wall_hours or 0:>8.2f}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--points", default=DEFAULT_POINTS, help="comma list of GLOBAL_BATCH:RULE")
+    p.add_argument("--run", default="", help="a point to run or resume (GLOBAL_BATCH:RULE), or 'next': the first "
+                                             "unfinished one; empty: analyze only")
+    p.add_argument("--analyze-only", action="store_true")
+    p.add_argument("--env", default="pong", help="the game (CartPole-v1 for a quick check of the tool)")
+    p.add_argument("--target", type=float, default=18.0)
+    p.add_argument("--frame-cap", type=int, default=40_000_000)
+    p.add_argument("--max-hours", type=float, default=2.0, help="this invocation's budget for the point")
+    p.add_argument("--nice", type=int, default=10)
+    p.add_argument("--runs-dir", default=os.path.join("runs", "batch_scaling"))
+    p.add_argument("--out", default=harness.RESULTS)
+    args = p.parse_args(argv)
+    points = [parse_point(t) for t in args.points.split(",") if t]
+    if args.run and not args.analyze_only:
+        if args.run == "next":
+            todo = [q for q in points if (s := summarize(args, q)) is None or s.state == "partial"]
+            if not todo:
+                print("batch_scaling: every point is finished")
+            else:
+                run_point(args, todo[0])
+        else:
+            run_point(args, parse_point(args.run))
+    analyze(args, points)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

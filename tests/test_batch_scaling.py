@@ -1,0 +1,51 @@
+"""benchmarks/batch_scaling.py: points, a short CartPole point through the real trainer, and the analysis."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.batch_scaling import Point, parse_point
+from conftest import ROOT, subprocess_env
+
+
+def test_points_become_rehearsals_of_the_global_batch():
+    p = parse_point("2048:sqrt")
+    assert p.rehearse_ranks == 32 and p.trainer_flags() == ["--train-batch", "64", "--rehearse-ranks", "32",
+                                                            "--lr-scaling", "sqrt"]
+    paper = parse_point("2048:paper")
+    assert paper.rehearse_ranks == 64 and paper.trainer_flags()[:2] == ["--preset", "paper"]
+    assert Point(256, "linear").name == "gb256-linear"
+    for bad in ("2048", "100:sqrt", "2048:cubic", "8192:sqrt"):
+        with pytest.raises(SystemExit, match="batch_scaling: point"):
+            parse_point(bad)
+
+
+def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    base = [sys.executable, "-m", "benchmarks.batch_scaling", "--env", "CartPole-v1", "--points", "64:sqrt,128:sqrt",
+            "--target", "60", "--frame-cap", "30000", "--max-hours", "0.05", "--nice", "0",
+            "--runs-dir", str(runs), "--out", str(out)]
+    p = subprocess.run([*base, "--run", "128:sqrt"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    config = json.loads((runs / "gb128-sqrt" / "config.json").read_text())
+    assert config["run"]["rehearse_ranks"] == 2 and config["learn"]["train_batch"] == 64
+    meta = json.loads((runs / "gb128-sqrt" / "meta.json").read_text())
+    assert meta["global_batch"] == 128
+    res = json.loads((out / "batch_scaling-cartpole-v1.json").read_text())
+    [point] = res["points"]  # 64:sqrt has no run on CartPole: not listed
+    assert point["point"] == "gb128-sqrt" and point["state"] in ("reached", "frame cap")
+    assert point["frames_total"] >= (point["frames_to_target"] or 30000) and point["cpu_hours"] > 0
+    assert (out / "batch_scaling-cartpole-v1.png").stat().st_size > 5000
+    # the committed copy of progress.csv carries the curve once the run directory is gone
+    shutil.rmtree(runs)
+    p = subprocess.run([*base, "--analyze-only"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    again = json.loads((out / "batch_scaling-cartpole-v1.json").read_text())
+    assert again["points"][0]["frames_total"] == point["frames_total"]
+    assert "batch_scaling-cartpole-v1-gb128-sqrt-progress.csv" in again["points"][0]["source"]
