@@ -9,9 +9,11 @@ same data per update, learning rate and warm-up as K ranks would use, so frames 
 depend on the global batch and the lr rule, not on this machine. A point runs through
 `benchmarks.time_to_score` (criterion: mean training return of the last 20 episodes, the same as
 the committed Pong result) until the target or the frame cap, and resumes where it stopped when
-run again. Writes benchmarks/results/batch_scaling.{json,png} from every point's progress.csv
-(copied to benchmarks/results/batch_scaling-POINT-progress.csv, so curves survive the run
-directory), with each point's state: reached, stopped at the cap, or partial.
+run again: its newest checkpoint is kept in benchmarks/results/batch_scaling-state/ (about 20 MB
+for the Nature CNN with Adam's state), so a later session on a new machine continues it. Writes
+benchmarks/results/batch_scaling.{json,png} from every point's progress.csv (copied to
+benchmarks/results/batch_scaling-GAME-POINT-progress.csv, so curves survive the run directory),
+with each point's state: reached, stopped at the cap, or partial.
 """
 from __future__ import annotations
 
@@ -113,8 +115,36 @@ def summarize(args: argparse.Namespace, p: Point) -> PointResult | None:
                        float(last["time_s"]) / 3600, cpu, os.path.relpath(source, harness.ROOT))
 
 
+def state_dir(args: argparse.Namespace, p: Point) -> str:
+    return os.path.join(args.out, "batch_scaling-state", f"{args.env.lower()}-{p.name}")
+
+
+STATE_FILES = ("config.json", "meta.json", "progress.csv")
+
+
+def save_state(run: str, state: str) -> None:
+    """The run's newest checkpoint and its records, kept with the results: a later session (a new
+    machine) resumes from them. Replaced atomically enough: written beside, then renamed over."""
+    ckpts = sorted(f for f in os.listdir(os.path.join(run, "checkpoints")) if f.endswith(".npz"))
+    if not ckpts:
+        return
+    tmp = state + ".new"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, "checkpoints"))
+    for name in STATE_FILES:
+        if os.path.exists(os.path.join(run, name)):
+            shutil.copy(os.path.join(run, name), os.path.join(tmp, name))
+    for name in (ckpts[-1], ckpts[-1][:-len(".npz")] + ".sha256"):  # ba3c.checkpoint's pair of files
+        shutil.copy(os.path.join(run, "checkpoints", name), os.path.join(tmp, "checkpoints", name))
+    shutil.rmtree(state, ignore_errors=True)
+    os.rename(tmp, state)
+
+
 def run_point(args: argparse.Namespace, p: Point) -> None:
     d = run_dir(args, p)
+    if not os.path.exists(os.path.join(d, "config.json")) and os.path.exists(state_dir(args, p)):
+        shutil.copytree(state_dir(args, p), d)  # a new machine: continue from the state kept with the results
+        print(f"batch_scaling: {p.name}: continuing from {state_dir(args, p)}", flush=True)
     resume = os.path.exists(os.path.join(d, "config.json"))
     argv = ["--env", args.env, "--criterion", "train20", "--target", str(args.target), "--total-frames",
             str(args.frame_cap), "--max-hours", str(args.max_hours), "--run-dir", d, "--out-dir", args.out,
@@ -124,6 +154,8 @@ def run_point(args: argparse.Namespace, p: Point) -> None:
     time_to_score(argv + ["--", *p.trainer_flags()])
     if os.path.exists(os.path.join(d, "progress.csv")):
         shutil.copy(os.path.join(d, "progress.csv"), progress_copy(args, p))
+    if os.path.isdir(os.path.join(d, "checkpoints")):
+        save_state(d, state_dir(args, p))
 
 
 def plot(results: list[PointResult], args: argparse.Namespace, points: list[Point], path: str) -> None:

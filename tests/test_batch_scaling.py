@@ -41,7 +41,7 @@ def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     assert point["point"] == "gb128-sqrt" and point["state"] in ("reached", "frame cap")
     assert point["frames_total"] >= (point["frames_to_target"] or 30000) and point["cpu_hours"] > 0
     assert (out / "batch_scaling-cartpole-v1.png").stat().st_size > 5000
-    # the committed copy of progress.csv carries the curve once the run directory is gone
+    # the committed copy of progress.csv carries the curve once the run directory is gone ...
     shutil.rmtree(runs)
     p = subprocess.run([*base, "--analyze-only"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                        timeout=120)
@@ -49,3 +49,13 @@ def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     again = json.loads((out / "batch_scaling-cartpole-v1.json").read_text())
     assert again["points"][0]["frames_total"] == point["frames_total"]
     assert "batch_scaling-cartpole-v1-gb128-sqrt-progress.csv" in again["points"][0]["source"]
+    # ... and the kept state continues the point on a "new machine" (no run directory)
+    state = out / "batch_scaling-state" / "cartpole-v1-gb128-sqrt"
+    assert list((state / "checkpoints").glob("ckpt-*.npz")) and (state / "config.json").exists()
+    more = [a if a != "30000" else "60000" for a in base]
+    p = subprocess.run([*more, "--target", "1e9", "--run", "128:sqrt"], cwd=ROOT, env=subprocess_env(),
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "continuing from" in p.stdout and "resuming from" in p.stdout
+    last = json.loads((out / "batch_scaling-cartpole-v1.json").read_text())["points"][0]
+    assert last["frames_total"] >= 60000 and last["state"] == "frame cap"
