@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     job = harness.TrainerJob(cmd, [run_dir], log_path=None, run_timeout_s=args.max_hours * 3600, poll_s=2.0)
     try:
         harness.launch(job, stop)
-    except KeyboardInterrupt:
-        pass  # the trainer was stopped (and checkpointed); record what it reached
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM via harness.exit_on_sigterm
+        print("time_to_score: stopped; the trainer checkpointed; recording what it reached", flush=True)
     result = summarize(args, target, run_dir, cmd, time.time() - t0)
     write(result, args.out_dir, args.tag)
     print(json.dumps(asdict(result), indent=2))

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -59,3 +61,22 @@ def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     assert "continuing from" in p.stdout and "resuming from" in p.stdout
     last = json.loads((out / "batch_scaling-cartpole-v1.json").read_text())["points"][0]
     assert last["frames_total"] >= 60000 and last["state"] == "frame cap"
+
+
+def test_sigterm_stops_a_point_and_keeps_what_it_reached(tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.batch_scaling", "--env", "CartPole-v1", "--points",
+                             "64:sqrt", "--run", "64:sqrt", "--target", "1e9", "--frame-cap", "50000000", "--nice", "0",
+                             "--runs-dir", str(runs), "--out", str(out)], cwd=ROOT, env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    progress = runs / "gb64-sqrt" / "progress.csv"
+    deadline = time.time() + 300  # a bound on a broken start, not a speed requirement
+    while not progress.exists() or len(progress.read_text().splitlines()) < 3:
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-2000:] if proc.stdout else ""
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    text, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, text[-2000:]
+    [point] = json.loads((out / "batch_scaling-cartpole-v1.json").read_text())["points"]
+    assert point["state"] == "partial" and point["frames_total"] > 0
+    assert list((out / "batch_scaling-state" / "cartpole-v1-gb64-sqrt" / "checkpoints").glob("ckpt-*.npz"))
