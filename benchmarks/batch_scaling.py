@@ -10,7 +10,8 @@ depend on the global batch and the lr rule, not on this machine. A point runs th
 `benchmarks.time_to_score` (criterion: mean training return of the last 20 episodes, the same as
 the committed Pong result) until the target or the frame cap, and resumes where it stopped when
 run again: its newest checkpoint is kept in benchmarks/results/batch_scaling-state/ (about 20 MB
-for the Nature CNN with Adam's state), so a later session on a new machine continues it. Writes
+for the Nature CNN with Adam's state; git-ignored: copy that folder to another machine to continue
+the point there, the run directory under runs/ is not needed). Writes
 benchmarks/results/batch_scaling.{json,png} from every point's progress.csv (copied to
 benchmarks/results/batch_scaling-GAME-POINT-progress.csv, so curves survive the run directory),
 with each point's state: reached, stopped at the cap, or partial.
@@ -123,8 +124,8 @@ STATE_FILES = ("config.json", "meta.json", "progress.csv")
 
 
 def save_state(run: str, state: str) -> None:
-    """The run's newest checkpoint and its records, kept with the results: a later session (a new
-    machine) resumes from them. Replaced atomically enough: written beside, then renamed over."""
+    """The run's newest checkpoint and its records, kept beside the results (git-ignored): a copy on
+    another machine resumes from them. Replaced atomically enough: written beside, then renamed over."""
     ckpts = sorted(f for f in os.listdir(os.path.join(run, "checkpoints")) if f.endswith(".npz"))
     if not ckpts:
         return
