@@ -21,6 +21,8 @@ CLIP_MODES = ("global", "avg")
 LR_SCALINGS = ("none", "linear", "sqrt")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
+ALLREDUCES = ("per-tensor", "grouped")
+COMPRESSIONS = ("none", "fp16")
 MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 
 
@@ -62,6 +64,12 @@ class LearnConfig:
     value_coef: float = _f(0.5, "value loss weight")
     exchange: str = _f("sync", "sync: average gradients then apply in the same update; overlap: exchange update k while "
                        "computing update k+1's gradients (they are one update stale), hiding the allreduce", choices=EXCHANGES)
+    allreduce: str = _f("per-tensor", "how the horovod backend issues a synchronous update's allreduce: per-tensor (one op per "
+                        "gradient, started as soon as backprop produces it: the dense layer's, most of the bytes, "
+                        "overlaps the convolutions' backprop) or grouped (one op after the last gradient); the mpi "
+                        "backend always sends one buffer after backprop", choices=ALLREDUCES)
+    compression: str = _f("none", "gradients on the wire: none (float32) or fp16 (half the bytes; the average is "
+                          "rounded to float16 precision)", choices=COMPRESSIONS)
     lr_scaling: str = _f("sqrt", "learning-rate rule for global batch B: none, linear (B/ref), sqrt (sqrt(B/ref))", choices=LR_SCALINGS)
     lr_ref_batch: int = _f(64, "global batch at which lr applies unchanged")
     warmup_updates: int = _f(100, "linear lr warm-up over this many updates when lr is scaled up")

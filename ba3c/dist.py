@@ -1,9 +1,12 @@
 """The only module that imports horovod or mpi4py: rank, size, gradient averaging, broadcast, gather.
 
 Three backends behind one interface:
-* `horovod`: gradients averaged by `hvd.grouped_allreduce(..., op=Average)` inside the compiled
-  train step (the Keras-3-safe call, see ../shared/facts.md);
-* `mpi`: mpi4py, one flattened float32 buffer, `Allreduce` with the uppercase buffer API;
+* `horovod`: gradients averaged inside the compiled train step, by one `hvd.allreduce` per
+  gradient (each starts as soon as backprop produces its gradient) or one
+  `hvd.grouped_allreduce` after the last (both Keras-3-safe, see ../shared/facts.md);
+  optionally in float16 (`hvd.Compression.fp16`);
+* `mpi`: mpi4py, one flattened buffer, `Allreduce` with the uppercase buffer API (float32, or
+  float16 summed by a user-defined MPI operation: Open MPI has no built-in float16 sum);
 * `none`: a single process.
 Small host-side collectives (broadcast of weights, gathers of statistics, the stop vote) use
 mpi4py in both MPI backends; Horovod then shares MPI with it (mpi4py initialises MPI first).
@@ -46,7 +49,9 @@ class Dist:
     def average_flat(self, buf: np.ndarray) -> np.ndarray:
         return buf
 
-    def graph_average(self, tensors: list) -> list:
+    def graph_average(self, tensors: list, per_tensor: bool = False, compression: str = "none") -> list:
+        """Inside a tf.function: the average over ranks of each tensor (per_tensor: one op each, so
+        each can start as soon as its input exists; else one grouped op waiting for all)."""
         return tensors
 
     def broadcast_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -83,11 +88,30 @@ class MpiDist(Dist):
         # communicator must not interleave between threads.
         self.grad_comm = self.comm.Dup()
 
-    def average_flat(self, buf: np.ndarray) -> np.ndarray:
+        self._fp16_sum: Any = None  # created on first use (MPI.Op.Create), freed by MPI at finalize
+
+    def average_flat(self, buf: np.ndarray, compression: str = "none") -> np.ndarray:
+        if compression == "fp16":
+            return self._average_fp16(np.asarray(buf, np.float32))
         buf = np.ascontiguousarray(buf, dtype=np.float32)
         self.grad_comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM)
         buf /= self.size
         return buf
+
+    def _average_fp16(self, buf: np.ndarray) -> np.ndarray:
+        """Half the bytes on the wire: cast, sum in float16 with a user operation, cast back.
+        Divided by the size before the sum (as Horovod's fp16 Average prescales) so the sum of
+        large gradients cannot overflow float16's 65504."""
+        MPI = self._MPI
+        if self._fp16_sum is None:
+            def fp16_sum(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
+                a, b = np.frombuffer(inbuf, np.float16), np.frombuffer(inoutbuf, np.float16)
+                np.add(a, b, out=b)
+            self._fp16_sum = MPI.Op.Create(fp16_sum, commute=True)
+        half = (buf / self.size).astype(np.float16)
+        # Typed as 2-byte integers: MPI moves the bytes and the user operation reads them as float16.
+        self.grad_comm.Allreduce(MPI.IN_PLACE, [half.view(np.uint16), MPI.UINT16_T], op=self._fp16_sum)
+        return half.astype(np.float32)
 
     def broadcast_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         flat = np.concatenate([np.asarray(a, np.float32).ravel() for a in arrays]) if arrays else np.zeros(0, np.float32)
@@ -124,8 +148,14 @@ class HorovodDist(MpiDist):
         if (hvd.rank(), hvd.size()) != (self.rank, self.size):
             raise RuntimeError(f"horovod sees rank {hvd.rank()}/{hvd.size()}, mpi4py {self.rank}/{self.size}")
 
-    def graph_average(self, tensors: list) -> list:
-        return self._hvd.grouped_allreduce(tensors, op=self._hvd.Average)
+    def graph_average(self, tensors: list, per_tensor: bool = False, compression: str = "none") -> list:
+        hvd = self._hvd
+        comp = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+        if per_tensor:
+            # Independent ops: each depends only on its own gradient, so TensorFlow hands the dense
+            # layer's (computed first in backprop) to Horovod while the convolutions' are still running.
+            return [hvd.allreduce(t, op=hvd.Average, compression=comp) for t in tensors]
+        return hvd.grouped_allreduce(tensors, op=hvd.Average, compression=comp)
 
     def shutdown(self) -> None:
         self._hvd.shutdown()

@@ -20,7 +20,8 @@ class StepStats:
     entropy: float
     grad_norm: float
     train_s: float       # whole update, wall time
-    allreduce_s: float   # host-side exchange (mpi backend); 0 where it runs inside the graph
+    allreduce_s: float   # exposed exchange: the part of the update spent waiting for averaged gradients after
+                         # the local ones were ready (in the graph: between two timestamps; host: the call)
     policy_lag: float    # mean over the batch of updates made since its actions were chosen
 
 
@@ -54,11 +55,13 @@ class Learner:
         self.updates = 0
         self._pending: Future | None = None
         self._pool: ThreadPoolExecutor | None = None
-        # How gradients are exchanged is decided here, once: inside the compiled step (Horovod),
-        # on the host as one flat buffer (mpi4py), or not at all (one rank: skip the ~3 ms allreduce).
+        # How gradients are exchanged is decided here, once: inside the compiled step (Horovod: one
+        # op per gradient, started during backprop, or one grouped op after it), on the host as one
+        # flat buffer (mpi4py), or not at all (one rank: skip the ~3 ms allreduce).
         in_graph = dist.graph_allreduce and dist.size > 1
         on_host = not dist.graph_allreduce and dist.size > 1
-        average_in_graph = dist.graph_average if in_graph else list
+        per_tensor, compression = cfg.allreduce == "per-tensor", cfg.compression
+        average_in_graph = (lambda ts: dist.graph_average(ts, per_tensor, compression)) if in_graph else list
         self._grads = tf.function(self._loss_and_grads)
         self._apply = tf.function(lambda grads: self._apply_grads(average_in_graph(list(grads))))
         self._average_on_host = self._average_host if on_host else list
@@ -93,8 +96,16 @@ class Learner:
         return norm
 
     def _fused_step(self, average, obs, actions, returns, advantages):
+        tf = self._tf
         grads, losses = self._loss_and_grads(obs, actions, returns, advantages)
-        return losses, self._apply_grads(average(list(grads)))
+        # Two clock readings bracket the exchange's exposed part: after the last local gradient
+        # (backprop done) and after the last averaged one. Only control edges: nothing waits on them.
+        with tf.control_dependencies(grads):
+            t_local = tf.timestamp()
+        averaged = average(list(grads))
+        with tf.control_dependencies(averaged):
+            t_averaged = tf.timestamp()
+        return losses, self._apply_grads(averaged), t_averaged - t_local
 
     # ---- host side
     def current_lr(self) -> float:
@@ -116,8 +127,8 @@ class Learner:
     # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds).
     def _update_fused(self, args: tuple) -> tuple:
         self.opt.learning_rate.assign(self.current_lr())
-        losses, norm = self._fused(*args)
-        return losses, norm, 0.0
+        losses, norm, exposed_s = self._fused(*args)
+        return losses, norm, max(0.0, float(exposed_s))
 
     def _update_host(self, args: tuple) -> tuple:
         self.opt.learning_rate.assign(self.current_lr())
@@ -143,7 +154,7 @@ class Learner:
         """mpi4py path: one flattened float32 buffer, allreduced in place."""
         tf = self._tf
         shapes = [g.shape for g in grads]
-        flat = self.dist.average_flat(np.concatenate([g.numpy().ravel() for g in grads]))
+        flat = self.dist.average_flat(np.concatenate([g.numpy().ravel() for g in grads]), self.cfg.compression)
         out, i = [], 0
         for s in shapes:
             n = int(np.prod(s))
