@@ -5,8 +5,8 @@ Three backends behind one interface:
   gradient (each starts as soon as backprop produces its gradient) or one
   `hvd.grouped_allreduce` after the last (both Keras-3-safe, see ../shared/facts.md);
   optionally in float16 (`hvd.Compression.fp16`);
-* `mpi`: mpi4py, one flattened buffer, `Allreduce` with the uppercase buffer API (float32, or
-  float16 summed by a user-defined MPI operation: Open MPI has no built-in float16 sum);
+* `mpi`: mpi4py, one flattened buffer, `Allreduce` with the uppercase buffer API (float32), or
+  for float16 an Alltoall and an Allgather with the sum in numpy (Open MPI has no float16 sum);
 * `none`: a single process.
 Small host-side collectives (broadcast of weights, gathers of statistics, the stop vote) use
 mpi4py in both MPI backends; Horovod then shares MPI with it (mpi4py initialises MPI first).
@@ -88,8 +88,6 @@ class MpiDist(Dist):
         # communicator must not interleave between threads.
         self.grad_comm = self.comm.Dup()
 
-        self._fp16_sum: Any = None  # created on first use (MPI.Op.Create), freed by MPI at finalize
-
     def average_flat(self, buf: np.ndarray, compression: str = "none") -> np.ndarray:
         if compression == "fp16":
             return self._average_fp16(np.asarray(buf, np.float32))
@@ -99,19 +97,21 @@ class MpiDist(Dist):
         return buf
 
     def _average_fp16(self, buf: np.ndarray) -> np.ndarray:
-        """Half the bytes on the wire: cast, sum in float16 with a user operation, cast back.
-        Divided by the size before the sum (as Horovod's fp16 Average prescales) so the sum of
-        large gradients cannot overflow float16's 65504."""
-        MPI = self._MPI
-        if self._fp16_sum is None:
-            def fp16_sum(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
-                a, b = np.frombuffer(inbuf, np.float16), np.frombuffer(inoutbuf, np.float16)
-                np.add(a, b, out=b)
-            self._fp16_sum = MPI.Op.Create(fp16_sum, commute=True)
-        half = (buf / self.size).astype(np.float16)
-        # Typed as 2-byte integers: MPI moves the bytes and the user operation reads them as float16.
-        self.grad_comm.Allreduce(MPI.IN_PLACE, [half.view(np.uint16), MPI.UINT16_T], op=self._fp16_sum)
-        return half.astype(np.float32)
+        """Half the bytes on the wire. Open MPI has no float16 sum (and a Python user operation is
+        called per segment: slow), so this is the ring allreduce's two halves by hand: Alltoall of
+        float16 chunks (each rank gets everyone's copy of its chunk), a float32 sum of its chunk in
+        numpy, Allgather of the averaged float16 chunks. Bytes per rank: 2 (r-1)/r x n x 2, half of
+        float32's. Each value is rounded to float16 twice: once sent, once averaged."""
+        MPI, r, n = self._MPI, self.size, buf.size
+        chunk = -(-n // r)  # ceil: the buffer padded to r equal chunks
+        send = np.zeros(r * chunk, np.float16)
+        send[:n] = buf
+        mine = np.empty((r, chunk), np.float16)
+        self.grad_comm.Alltoall([send.view(np.uint16), MPI.UINT16_T], [mine.view(np.uint16), MPI.UINT16_T])
+        avg = (mine.astype(np.float32).sum(axis=0) / r).astype(np.float16)
+        full = np.empty(r * chunk, np.float16)
+        self.grad_comm.Allgather([avg.view(np.uint16), MPI.UINT16_T], [full.view(np.uint16), MPI.UINT16_T])
+        return full[:n].astype(np.float32)
 
     def broadcast_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         flat = np.concatenate([np.asarray(a, np.float32).ravel() for a in arrays]) if arrays else np.zeros(0, np.float32)
