@@ -72,7 +72,7 @@ class Learner:
         elif on_host:
             self._update = self._update_host
         else:  # gradients, (in-graph) average, clipping and Adam as one compiled call
-            self._fused = tf.function(lambda *batch: self._fused_step(average_in_graph, *batch))
+            self._fused = tf.function(lambda *batch: self._fused_step(average_in_graph, in_graph, *batch))
             self._update = self._update_fused
 
     # ---- graph pieces
@@ -95,9 +95,11 @@ class Learner:
         self.opt.apply_gradients(zip(clipped, self.model.trainable_variables))
         return norm
 
-    def _fused_step(self, average, obs, actions, returns, advantages):
+    def _fused_step(self, average, exchanges: bool, obs, actions, returns, advantages):
         tf = self._tf
         grads, losses = self._loss_and_grads(obs, actions, returns, advantages)
+        if not exchanges:
+            return losses, self._apply_grads(average(list(grads))), tf.constant(0.0, tf.float64)
         # Two clock readings bracket the exchange's exposed part: after the last local gradient
         # (backprop done) and after the last averaged one. Only control edges: nothing waits on them.
         with tf.control_dependencies(grads):
