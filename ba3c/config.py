@@ -64,10 +64,10 @@ class LearnConfig:
     value_coef: float = _f(0.5, "value loss weight")
     exchange: str = _f("sync", "sync: average gradients then apply in the same update; overlap: exchange update k while "
                        "computing update k+1's gradients (they are one update stale), hiding the allreduce", choices=EXCHANGES)
-    allreduce: str = _f("per-tensor", "how the horovod backend issues a synchronous update's allreduce: per-tensor (one op per "
-                        "gradient, started as soon as backprop produces it: the dense layer's, most of the bytes, "
-                        "overlaps the convolutions' backprop) or grouped (one op after the last gradient); the mpi "
-                        "backend always sends one buffer after backprop", choices=ALLREDUCES)
+    allreduce: str = _f("per-tensor", "how a synchronous update's gradients are exchanged: per-tensor (each gradient's "
+                        "allreduce starts as soon as backprop produces it, so the dense layer's, most of the bytes, "
+                        "overlaps the convolutions' backprop; needs --inter-op-threads of 2 or more) or grouped (one "
+                        "exchange after the last gradient: Horovod's grouped op, mpi4py's flat buffer)", choices=ALLREDUCES)
     compression: str = _f("none", "gradients on the wire: none (float32) or fp16 (half the bytes; the average is "
                           "rounded to float16 precision)", choices=COMPRESSIONS)
     lr_scaling: str = _f("sqrt", "learning-rate rule for global batch B: none, linear (B/ref), sqrt (sqrt(B/ref))", choices=LR_SCALINGS)
@@ -93,7 +93,8 @@ class RunConfig:
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
     intra_op_threads: int = _f(0, "TensorFlow intra-op threads (0: cores available to the rank)")
-    inter_op_threads: int = _f(0, "TensorFlow inter-op threads (0: 2)")
+    inter_op_threads: int = _f(0, "TensorFlow inter-op threads (0: 2); with 1, a per-tensor --allreduce only starts "
+                               "after backprop (its ops wait behind it for the one thread)")
     queue_batches: int = _f(2, "train batches buffered between simulation and learner (bounds policy lag)")
     dist: str = _f("auto", "gradient exchange: auto (horovod if built with MPI, else mpi when launched by mpirun, else none), horovod, mpi, none", choices=DIST_BACKENDS)
     stats_interval_updates: int = _f(20, "updates between gathers of episode statistics from all ranks")

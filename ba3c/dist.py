@@ -5,8 +5,10 @@ Three backends behind one interface:
   gradient (each starts as soon as backprop produces its gradient) or one
   `hvd.grouped_allreduce` after the last (both Keras-3-safe, see ../shared/facts.md);
   optionally in float16 (`hvd.Compression.fp16`);
-* `mpi`: mpi4py, one flattened buffer, `Allreduce` with the uppercase buffer API (float32), or
-  for float16 an Alltoall and an Allgather with the sum in numpy (Open MPI has no float16 sum);
+* `mpi`: mpi4py with the uppercase buffer API: one flattened buffer averaged on the host after
+  the step's backprop, or (per-tensor) each gradient handed from inside the compiled step to an
+  exchange thread as soon as it exists; float32 `Allreduce`, or for float16 an Alltoall and an
+  Allgather with the sum in numpy (Open MPI has no float16 sum);
 * `none`: a single process.
 Small host-side collectives (broadcast of weights, gathers of statistics, the stop vote) use
 mpi4py in both MPI backends; Horovod then shares MPI with it (mpi4py initialises MPI first).
@@ -37,7 +39,6 @@ class Dist:
     """Single-process backend; the MPI backends override what differs."""
 
     name = "none"
-    graph_allreduce = False  # True: the train step averages gradients inside its compiled graph
 
     def __init__(self) -> None:
         self.rank, self.size = 0, 1
@@ -46,12 +47,17 @@ class Dist:
     def is_root(self) -> bool:
         return self.rank == 0
 
-    def average_flat(self, buf: np.ndarray) -> np.ndarray:
+    def averages_in_graph(self, per_tensor: bool) -> bool:
+        """True: gradients are averaged by `graph_average` inside the compiled train step; False: by
+        `average_flat` on the host, after it."""
+        return False
+
+    def average_flat(self, buf: np.ndarray, compression: str = "none") -> np.ndarray:
         return buf
 
     def graph_average(self, tensors: list, per_tensor: bool = False, compression: str = "none") -> list:
-        """Inside a tf.function: the average over ranks of each tensor (per_tensor: one op each, so
-        each can start as soon as its input exists; else one grouped op waiting for all)."""
+        """Inside a tf.function: the average over ranks of each tensor (per_tensor: each exchange can
+        start as soon as its tensor exists; else one grouped exchange waiting for all)."""
         return tensors
 
     def broadcast_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -88,29 +94,48 @@ class MpiDist(Dist):
         # communicator must not interleave between threads.
         self.grad_comm = self.comm.Dup()
 
+    def averages_in_graph(self, per_tensor: bool) -> bool:
+        return per_tensor
+
+    def graph_average(self, tensors: list, per_tensor: bool = False, compression: str = "none") -> list:
+        """Per-tensor exchange inside the compiled step, the mpi4py way: each gradient is handed (a
+        tf.numpy_function that returns at once) to an exchange thread as soon as backprop produces
+        it; a last tf.numpy_function waits for all the averages. The thread allreduces in one fixed
+        order (the list reversed: backprop's order), the same on every rank, so the collectives
+        match without Horovod's negotiation."""
+        import tensorflow as tf
+
+        if not per_tensor:
+            raise ValueError("the mpi backend averages one flat buffer on the host unless per-tensor")
+        ex = OrderedExchange(self, len(tensors), compression)  # one per traced graph, with its own thread
+        tokens = [tf.numpy_function(ex.submitter(i), [t], tf.int64, stateful=True) for i, t in enumerate(tensors)]
+        with tf.control_dependencies(tokens):
+            outs = tf.numpy_function(ex.collect, [], [tf.float32] * len(tensors), stateful=True)
+        return [tf.reshape(o, tf.shape(t)) for o, t in zip(outs, tensors)]
+
     def average_flat(self, buf: np.ndarray, compression: str = "none") -> np.ndarray:
         if compression == "fp16":
-            return self._average_fp16(np.asarray(buf, np.float32))
+            return self._average_fp16(np.asarray(buf, np.float32).ravel())
         buf = np.ascontiguousarray(buf, dtype=np.float32)
         self.grad_comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.SUM)
         buf /= self.size
         return buf
 
-    def _average_fp16(self, buf: np.ndarray) -> np.ndarray:
+    def _average_fp16(self, buf: np.ndarray, comm: Any = None) -> np.ndarray:
         """Half the bytes on the wire. Open MPI has no float16 sum (and a Python user operation is
         called per segment: slow), so this is the ring allreduce's two halves by hand: Alltoall of
         float16 chunks (each rank gets everyone's copy of its chunk), a float32 sum of its chunk in
         numpy, Allgather of the averaged float16 chunks. Bytes per rank: 2 (r-1)/r x n x 2, half of
         float32's. Each value is rounded to float16 twice: once sent, once averaged."""
-        MPI, r, n = self._MPI, self.size, buf.size
+        MPI, r, n, comm = self._MPI, self.size, buf.size, comm or self.grad_comm
         chunk = -(-n // r)  # ceil: the buffer padded to r equal chunks
         send = np.zeros(r * chunk, np.float16)
         send[:n] = buf
         mine = np.empty((r, chunk), np.float16)
-        self.grad_comm.Alltoall([send.view(np.uint16), MPI.UINT16_T], [mine.view(np.uint16), MPI.UINT16_T])
+        comm.Alltoall([send.view(np.uint16), MPI.UINT16_T], [mine.view(np.uint16), MPI.UINT16_T])
         avg = (mine.astype(np.float32).sum(axis=0) / r).astype(np.float16)
         full = np.empty(r * chunk, np.float16)
-        self.grad_comm.Allgather([avg.view(np.uint16), MPI.UINT16_T], [full.view(np.uint16), MPI.UINT16_T])
+        comm.Allgather([avg.view(np.uint16), MPI.UINT16_T], [full.view(np.uint16), MPI.UINT16_T])
         return full[:n].astype(np.float32)
 
     def broadcast_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -135,9 +160,53 @@ class MpiDist(Dist):
         self.comm.Barrier()
 
 
+class OrderedExchange:
+    """mpi4py's per-tensor exchange for one traced train step: tensors handed in from TensorFlow's
+    threads are averaged by a worker thread, in the fixed order `n-1, ..., 0`, on a communicator of
+    its own. A tensor is exchanged as soon as it and all before it in that order have arrived."""
+
+    def __init__(self, dist: MpiDist, n: int, compression: str) -> None:
+        import queue
+        import threading
+
+        self.dist, self.n, self.compression = dist, n, compression
+        self.comm = dist.comm.Dup()
+        self.inbox: list[queue.Queue[np.ndarray]] = [queue.Queue(maxsize=1) for _ in range(n)]
+        self.results: queue.Queue[list[np.ndarray] | BaseException] = queue.Queue(maxsize=1)
+        threading.Thread(target=self._run, name="ExchangeThread", daemon=True).start()
+
+    def submitter(self, i: int):
+        def submit(tensor: np.ndarray) -> np.int64:
+            self.inbox[i].put(np.array(tensor, np.float32, copy=True))  # TF may reuse the input's memory
+            return np.int64(0)
+        return submit
+
+    def collect(self) -> list[np.ndarray]:
+        out = self.results.get()
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def _run(self) -> None:
+        MPI = self.dist._MPI
+        while True:
+            out: list[np.ndarray] = [np.empty(0, np.float32)] * self.n
+            try:
+                for i in reversed(range(self.n)):
+                    buf = self.inbox[i].get()
+                    if self.compression == "fp16":
+                        out[i] = self.dist._average_fp16(buf.ravel(), self.comm).reshape(buf.shape)
+                    else:
+                        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+                        out[i] = buf / np.float32(self.dist.size)
+            except BaseException as e:  # surfaced in the train step by collect()
+                self.results.put(e)
+                return
+            self.results.put(out)
+
+
 class HorovodDist(MpiDist):
     name = "horovod"
-    graph_allreduce = True
 
     def __init__(self) -> None:
         super().__init__()  # mpi4py initialises MPI (thread-multiple) before Horovod attaches to it
@@ -147,6 +216,9 @@ class HorovodDist(MpiDist):
         hvd.init(comm=self.comm)
         if (hvd.rank(), hvd.size()) != (self.rank, self.size):
             raise RuntimeError(f"horovod sees rank {hvd.rank()}/{hvd.size()}, mpi4py {self.rank}/{self.size}")
+
+    def averages_in_graph(self, per_tensor: bool) -> bool:
+        return True
 
     def graph_average(self, tensors: list, per_tensor: bool = False, compression: str = "none") -> list:
         hvd = self._hvd

@@ -55,12 +55,12 @@ class Learner:
         self.updates = 0
         self._pending: Future | None = None
         self._pool: ThreadPoolExecutor | None = None
-        # How gradients are exchanged is decided here, once: inside the compiled step (Horovod: one
-        # op per gradient, started during backprop, or one grouped op after it), on the host as one
-        # flat buffer (mpi4py), or not at all (one rank: skip the ~3 ms allreduce).
-        in_graph = dist.graph_allreduce and dist.size > 1
-        on_host = not dist.graph_allreduce and dist.size > 1
+        # How gradients are exchanged is decided here, once: inside the compiled step (per gradient,
+        # each started during backprop, or Horovod's one grouped op after it), on the host as one
+        # flat buffer (mpi4py, grouped), or not at all (one rank: skip the ~3 ms allreduce).
         per_tensor, compression = cfg.allreduce == "per-tensor", cfg.compression
+        in_graph = dist.size > 1 and dist.averages_in_graph(per_tensor)
+        on_host = dist.size > 1 and not in_graph
         average_in_graph = (lambda ts: dist.graph_average(ts, per_tensor, compression)) if in_graph else list
         self._grads = tf.function(self._loss_and_grads)
         self._apply = tf.function(lambda grads: self._apply_grads(average_in_graph(list(grads))))

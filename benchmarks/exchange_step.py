@@ -28,8 +28,10 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "per-tensor": ("horovod", {"allreduce": "per-tensor"}),
     "grouped-fp16": ("horovod", {"allreduce": "grouped", "compression": "fp16"}),
     "per-tensor-fp16": ("horovod", {"allreduce": "per-tensor", "compression": "fp16"}),
-    "mpi": ("mpi", {}),
-    "mpi-fp16": ("mpi", {"compression": "fp16"}),
+    "mpi": ("mpi", {"allreduce": "grouped"}),  # one flat buffer on the host after backprop
+    "mpi-fp16": ("mpi", {"allreduce": "grouped", "compression": "fp16"}),
+    "mpi-per-tensor": ("mpi", {"allreduce": "per-tensor"}),  # handed to an exchange thread during backprop
+    "mpi-per-tensor-fp16": ("mpi", {"allreduce": "per-tensor", "compression": "fp16"}),
 }
 KNOB_VARS = ("HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD", "HOROVOD_CACHE_CAPACITY", "HOROVOD_TIMELINE")
 

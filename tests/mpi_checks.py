@@ -2,8 +2,8 @@
 
     mpirun -np 2 python tests/mpi_checks.py BACKEND OUT_DIR
 
-For every way this backend can exchange (horovod: per-tensor and grouped ops, float32 and fp16;
-mpi: one buffer, float32 and fp16) it records the averaged gradient of one batch, and for a
+For every way this backend can exchange (horovod: per-tensor and grouped ops; mpi: per-tensor from
+inside the step, or one flat buffer after it; each in float32 and fp16) it records the averaged gradient of one batch, and for a
 learner using that exchange the weights after each of 5 updates, next to a reference that
 applies, on the same weights, the average of this update's local gradients (exchanged apart).
 """
@@ -45,8 +45,10 @@ def main() -> None:
         variants = {"per-tensor": dict(allreduce="per-tensor"), "grouped": dict(allreduce="grouped"),
                     "per-tensor-fp16": dict(allreduce="per-tensor", compression="fp16"),
                     "grouped-fp16": dict(allreduce="grouped", compression="fp16")}
-    else:
-        variants = {"flat": {}, "flat-fp16": dict(compression="fp16")}
+    else:  # grouped: one flat buffer on the host after backprop; per-tensor: handed out during backprop
+        variants = {"per-tensor": dict(allreduce="per-tensor"), "flat": dict(allreduce="grouped"),
+                    "per-tensor-fp16": dict(allreduce="per-tensor", compression="fp16"),
+                    "flat-fp16": dict(allreduce="grouped", compression="fp16")}
     out: dict = {"rank": d.rank, "size": d.size, "backend": d.name, "variants": {}}
 
     # one batch's gradient, averaged every way this backend can (the host buffer path always)
@@ -58,10 +60,10 @@ def main() -> None:
     out["local_grad"] = local.tolist()
     out["mpi_avg"] = dist_mod.MpiDist.average_flat(d, local.copy()).tolist()
     out["mpi_avg_fp16"] = dist_mod.MpiDist.average_flat(d, local.copy(), "fp16").tolist()
-    if d.graph_allreduce:
-        for name, kw in variants.items():
-            avg = tf.function(lambda gs, kw=kw: d.graph_average(gs, kw.get("allreduce") == "per-tensor",
-                                                                 kw.get("compression", "none")))(list(grads))
+    for name, kw in variants.items():
+        per_tensor = kw["allreduce"] == "per-tensor"
+        if d.averages_in_graph(per_tensor):
+            avg = tf.function(lambda gs, p=per_tensor, c=kw.get("compression", "none"): d.graph_average(gs, p, c))(list(grads))
             out[f"graph_avg_{name}"] = flat(g.numpy() for g in avg).tolist()
 
     for name, kw in variants.items():

@@ -49,9 +49,9 @@ def test_exchange_quick(tmp_path):
     res = json.loads((tmp_path / "exchange.json").read_text())
     for io in ("1", "2"):
         s = res["paths_summary"][io]
-        assert set(s) == {"none", "grouped", "per-tensor"}, s
+        assert set(s) == {"none", "grouped", "per-tensor", "mpi", "mpi-per-tensor"}, s
         assert s["none"]["vs_control"]["median"] == 1.0 and s["none"]["exposed_ms"]["median"] == 0.0
-        for v in ("grouped", "per-tensor"):  # an exchange between two ranks takes some time, and it was measured
+        for v in ("grouped", "per-tensor", "mpi", "mpi-per-tensor"):  # an exchange takes some time, and it was measured
             assert s[v]["step_ms"]["median"] > 0 and s[v]["exposed_ms"]["median"] > 0
     p_in = res["projection_input"]
     assert p_in["exposed_fraction_per_tensor"] > 0 and p_in["exposed_ms_grouped"] > 0
