@@ -132,7 +132,7 @@ def read_timeline(path: str) -> list[dict[str, Any]]:
     return json.loads(text if text.endswith("]") else text + "]")
 
 
-def timeline_excerpt(events: list[dict[str, Any]], last_steps: int = 2) -> dict[str, Any]:
+def timeline_excerpt(events: list[dict[str, Any]], last_steps: int = 4) -> dict[str, Any]:
     """Per op kind (grouped, per-tensor) and for its last `last_steps` updates: for each gradient, when
     rank 0 had it ready (NEGOTIATE begins), when both had (NEGOTIATE ends), and its ALLREDUCE span, in
     ms from the update's first ready gradient; and whether the dense layer's allreduce began before
@@ -250,19 +250,51 @@ def summarize_trainer(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- analysis, plot, report
 
-def projection_input(paths: dict[str, Any]) -> dict[str, Any]:
-    """What the scaling projection needs from here: how much of the exchange an update still waits for."""
-    s = paths.get("2", {})
+# The Nature CNN's gradient (Pong's 6 actions) by what backprop produces before the convolutions'
+# gradients (heads and the 3136x512 dense layer) and after (the three convolutions): float32 counts.
+NATURE_FLOATS_BEFORE_CONVS = (512 * 6 + 6) + (512 + 1) + (3136 * 512 + 512)
+NATURE_FLOATS_CONVS = (8 * 8 * 4 * 32 + 32) + (4 * 4 * 32 * 64 + 64) + (3 * 3 * 64 * 64 + 64)
+
+
+def projection_input(res: dict[str, Any]) -> dict[str, Any]:
+    """What the scaling projection needs from here: how much of the exchange an update still waits for,
+    and the parts a model of it needs (bytes that can overlap, the backprop they can overlap with)."""
+    s = res.get("paths_summary", {}).get("2", {})
     g, p = s.get("grouped", {}).get("exposed_ms", {}), s.get("per-tensor", {}).get("exposed_ms", {})
     if not g.get("n") or not p.get("n") or g["median"] <= 0:
         return {}
-    return {"exposed_ms_grouped": g["median"], "exposed_ms_per_tensor": p["median"],
-            "exposed_fraction_per_tensor": p["median"] / g["median"],
-            "note": "2 ranks on one 2-core box, one core each, 2 TensorFlow inter-op threads, Nature CNN, batch 32 per "
-                    "rank: exposed = the later rank's wait for averaged gradients after its last local gradient "
-                    "(median over updates and rounds); grouped exposes the whole allreduce, so the fraction is the "
-                    "share of the exchange an update still waits for with per-tensor ops. Measured where the "
-                    "exchange's copies and sums share the rank's only core with backprop."}
+    out: dict[str, Any] = {
+        "exposed_ms_grouped": g["median"], "exposed_ms_per_tensor": p["median"],
+        "exposed_fraction_per_tensor": p["median"] / g["median"],
+        "step_ms_no_exchange": s.get("none", {}).get("step_ms", {}).get("median"),
+        "gradient_floats": NATURE_FLOATS_BEFORE_CONVS + NATURE_FLOATS_CONVS,
+        "overlappable_share_of_bytes": NATURE_FLOATS_BEFORE_CONVS / (NATURE_FLOATS_BEFORE_CONVS + NATURE_FLOATS_CONVS)}
+    windows = [u["rank0_last_gradient_ready_ms"] - next(t["rank0_ready"] for t in u["tensors"]
+                                                         if "dense" in t["tensor"] and "MatMul" in t["tensor"])
+               for u in res.get("timeline", {}).get("excerpt", {}).get("per-tensor", [])]
+    if windows:
+        out["backprop_after_dense_gradient_ms"] = spread(windows)
+    out["note"] = (
+        "2 ranks on one 2-core box, one core each, 2 TensorFlow inter-op threads, Nature CNN, batch 32 per rank. "
+        "exposed = the later rank's wait for averaged gradients after its own last local gradient (median over "
+        "updates and rounds); grouped exposes the whole allreduce, so exposed_fraction_per_tensor is the share of "
+        "the exchange an update still waits for with per-tensor ops, here, where the exchange's copies and sums "
+        "share the rank's only core with backprop. A model of it: t_update = t_compute + max(t_allreduce(tail "
+        "bytes), t_allreduce(all bytes) - backprop_after_dense_gradient), tail = the convolutions' "
+        "(1 - overlappable_share_of_bytes); backprop_after_dense_gradient_ms is from the Horovod timeline (rank 0, "
+        "quantised by the 1 ms cycle) on one core and shrinks with a node's cores like the compute does.")
+    return out
+
+
+def reanalyze(res: dict[str, Any]) -> None:
+    """Everything derived from the raw launches and runs, again (after a change to the analysis)."""
+    if "paths" in res:
+        res["paths_summary"] = {k: summarize_steps(v) for k, v in res["paths"].items()}
+    for k in res.get("knobs", []):
+        k["summary"] = summarize_steps([k["launch"]])
+    if "trainer" in res:
+        res["trainer_summary"] = summarize_trainer(res["trainer"])
+    res["projection_input"] = projection_input(res)
 
 
 def plot(res: dict[str, Any], path: str) -> None:
@@ -373,16 +405,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=10.0, help="trainer warm-up seconds")
     p.add_argument("--out", default=harness.RESULTS)
     p.add_argument("--name", default="exchange", help="output file stem")
+    p.add_argument("--analyze-only", default="", help="re-derive summaries, projection input and plot from a saved JSON")
     args = p.parse_args(argv)
     harness.exit_on_sigterm()
+    os.makedirs(args.out, exist_ok=True)
+    json_path = os.path.join(args.out, f"{args.name}.json")
+    if args.analyze_only:
+        with open(args.analyze_only) as fh:
+            res = json.load(fh)
+        reanalyze(res)
+        with open(json_path, "w") as fh:
+            json.dump(res, fh, indent=1)
+        finish(res, args.out, args.name)
+        print(f"wrote {json_path}")
+        return 0
     if args.quick:
         plan = Plan(["paths", "timeline"], 1, 4, 1, args.seconds, args.warmup)
         variants = ["none,grouped,per-tensor", "none,mpi,mpi-per-tensor"]
     else:
         plan = Plan(args.parts.split(","), args.rounds, args.steps, args.launches, args.seconds, args.warmup)
         variants = [HOROVOD_VARIANTS, MPI_VARIANTS]
-    os.makedirs(args.out, exist_ok=True)
-    json_path = os.path.join(args.out, f"{args.name}.json")
     res: dict[str, Any] = {"machine": harness.machine(), "date": harness.now(), "parts": plan.parts,
                            "rounds": plan.rounds, "steps": plan.steps}
 
@@ -400,7 +442,6 @@ def main(argv: list[str] | None = None) -> int:
                     res["paths"] = launches
                     res["paths_summary"] = {k: summarize_steps(v) for k, v in launches.items()}
                     save()
-        res["projection_input"] = projection_input(res["paths_summary"])
     if "knobs" in plan.parts:
         res["knobs"] = []
         for k in plan.knobs:
@@ -418,14 +459,19 @@ def main(argv: list[str] | None = None) -> int:
         res["trainer_summary"] = summarize_trainer(res["trainer"])
         save()
     res["machine_after"] = harness.machine()
+    res["projection_input"] = projection_input(res)
     save()
+    finish(res, args.out, args.name)
+    print(f"wrote {json_path}")
+    return 0
+
+
+def finish(res: dict[str, Any], out: str, name: str) -> None:
     try:
-        plot(res, os.path.join(args.out, f"{args.name}.png"))
+        plot(res, os.path.join(out, f"{name}.png"))
     except ImportError as e:
         print(f"exchange: no plot ({e})")
     report(res)
-    print(f"wrote {json_path}")
-    return 0
 
 
 if __name__ == "__main__":
