@@ -321,10 +321,10 @@ def plot(res: dict[str, Any], path: str) -> None:
     knobs = res.get("knobs", [])
     for j, (v, colour) in enumerate((("grouped", "tab:grey"), ("per-tensor", "tab:blue"))):
         x = np.arange(len(knobs)) + (j - 0.5) * 0.38
-        _bars(ax, x, [k.get("summary", {}).get(v, {}).get("vs_control", {"n": 0}) for k in knobs], colour, v)
+        _bars(ax, x, [k.get("summary", {}).get(v, {}).get("exposed_ms", {"n": 0}) for k in knobs], colour, v)
     ax.set_xticks(np.arange(len(knobs)), [k["name"] for k in knobs], rotation=30, ha="right", fontsize=8)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_title("knobs (learner step, 2 ranks): vs own control", fontsize=9)
+    ax.set_ylabel("ms")
+    ax.set_title("knobs (learner step, 2 ranks): exposed exchange per update", fontsize=9)
     ax = axes[3]
     t = res.get("trainer_summary", {})
     names = [n for n in TRAINER_VARIANTS if n in t]
@@ -361,12 +361,13 @@ def report(res: dict[str, Any]) -> None:
         for n, v in s.items():
             print(f"{n:>16} {_fmt(v['vs_control']):>20} {_fmt(v['step_ms'], '.1f'):>20} {_fmt(v['exposed_ms'], '.1f'):>20}")
     if res.get("knobs"):
-        print(f"\nknobs: {'setting':>20} {'grouped vs control':>20} {'per-tensor vs control':>22} {'per-tensor exposed ms':>22}")
+        print(f"\nknobs (learner step, 2 ranks): {'setting':>20} {'grouped vs control':>20} {'exposed ms':>18} "
+              f"{'per-tensor vs control':>22} {'exposed ms':>18}")
         for k in res["knobs"]:
             s = k.get("summary", {})
-            print(f"{'':>7}{k['name']:>20} {_fmt(s.get('grouped', {}).get('vs_control', {})):>20} "
-                  f"{_fmt(s.get('per-tensor', {}).get('vs_control', {})):>22} "
-                  f"{_fmt(s.get('per-tensor', {}).get('exposed_ms', {}), '.1f'):>22}")
+            print(f"{'':>30} {k['name']:>20} " + " ".join(
+                f"{_fmt(s.get(v, {}).get('vs_control', {})):>{w}} {_fmt(s.get(v, {}).get('exposed_ms', {}), '.1f'):>18}"
+                for v, w in (("grouped", 20), ("per-tensor", 22))))
     for kind, updates in res.get("timeline", {}).get("excerpt", {}).items():
         for u in updates:
             print(f"\ntimeline {kind}: rank 0's last gradient ready at {u['rank0_last_gradient_ready_ms']:.1f} ms, "
@@ -389,6 +390,7 @@ class Plan:
     rounds: int
     steps: int
     launches: int
+    trainer_rounds: int
     trainer_seconds: float
     trainer_warmup: float
     knobs: list[Knob] = field(default_factory=lambda: list(KNOBS))
@@ -398,8 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a smoke test: paths with 3 variants, 1 short round, the timeline")
     p.add_argument("--parts", default="paths,knobs,timeline,trainer")
-    p.add_argument("--rounds", type=int, default=3, help="rounds per launch (learner step) and trainer rounds")
-    p.add_argument("--steps", type=int, default=30, help="updates per variant per round (learner step)")
+    p.add_argument("--rounds", type=int, default=9, help="rounds per launch (learner step): every variant once per round")
+    p.add_argument("--steps", type=int, default=10,
+                   help="updates per variant per round (learner step); short blocks, so the machine's load drifts "
+                        "little between a variant and its control")
+    p.add_argument("--trainer-rounds", type=int, default=3, help="trainer rounds: the control and every variant once each")
     p.add_argument("--launches", type=int, default=1, help="launches per inter-op setting in the paths part, alternated")
     p.add_argument("--seconds", type=float, default=30.0, help="trainer measurement window after warm-up")
     p.add_argument("--warmup", type=float, default=10.0, help="trainer warm-up seconds")
@@ -420,10 +425,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {json_path}")
         return 0
     if args.quick:
-        plan = Plan(["paths", "timeline"], 1, 4, 1, args.seconds, args.warmup)
+        plan = Plan(["paths", "timeline"], 1, 4, 1, 0, args.seconds, args.warmup)
         variants = ["none,grouped,per-tensor", "none,mpi,mpi-per-tensor"]
     else:
-        plan = Plan(args.parts.split(","), args.rounds, args.steps, args.launches, args.seconds, args.warmup)
+        plan = Plan(args.parts.split(","), args.rounds, args.steps, args.launches, args.trainer_rounds, args.seconds,
+                    args.warmup)
         variants = [HOROVOD_VARIANTS, MPI_VARIANTS]
     res: dict[str, Any] = {"machine": harness.machine(), "date": harness.now(), "parts": plan.parts,
                            "rounds": plan.rounds, "steps": plan.steps}
@@ -452,10 +458,10 @@ def main(argv: list[str] | None = None) -> int:
             save()
     if "timeline" in plan.parts:
         print("exchange: Horovod timeline ...", flush=True)
-        res["timeline"] = run_timeline(max(plan.steps // 3, 4))
+        res["timeline"] = run_timeline(max(plan.steps, 4))
         save()
     if "trainer" in plan.parts:
-        res["trainer"] = run_trainer(plan.rounds, plan.trainer_seconds, plan.trainer_warmup, list(TRAINER_VARIANTS))
+        res["trainer"] = run_trainer(plan.trainer_rounds, plan.trainer_seconds, plan.trainer_warmup, list(TRAINER_VARIANTS))
         res["trainer_summary"] = summarize_trainer(res["trainer"])
         save()
     res["machine_after"] = harness.machine()
