@@ -399,7 +399,7 @@ class Plan:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a smoke test: paths with 3 variants, 1 short round, the timeline")
-    p.add_argument("--parts", default="paths,knobs,timeline,trainer")
+    p.add_argument("--parts", default="trainer,paths,timeline,knobs", help="what to measure, in this order")
     p.add_argument("--rounds", type=int, default=9, help="rounds per launch (learner step): every variant once per round")
     p.add_argument("--steps", type=int, default=10,
                    help="updates per variant per round (learner step); short blocks, so the machine's load drifts "
@@ -438,32 +438,38 @@ def main(argv: list[str] | None = None) -> int:
         with open(json_path, "w") as fh:
             json.dump(res, fh, indent=1)
 
-    if "paths" in plan.parts:
-        launches: dict[str, list[dict[str, Any]]] = {"1": [], "2": []}
-        for i in range(plan.launches):
-            for io in ("1", "2") if i % 2 == 0 else ("2", "1"):
-                for group in variants:
-                    print(f"exchange: paths, launch {i + 1}/{plan.launches}, {io} inter-op thread(s), {group} ...", flush=True)
-                    launches[io].append(run_steps(group, plan.rounds, plan.steps, int(io), {}))
-                    res["paths"] = launches
-                    res["paths_summary"] = {k: summarize_steps(v) for k, v in launches.items()}
-                    save()
-    if "knobs" in plan.parts:
-        res["knobs"] = []
-        for k in plan.knobs:
-            print(f"exchange: knob '{k.name}' ...", flush=True)
-            launch = run_steps(KNOB_VARIANTS, plan.rounds, plan.steps, 2, k.env)
-            res["knobs"].append({"name": k.name, "env": k.env, "what": k.what, "launch": launch,
-                                 "summary": summarize_steps([launch])})
+    for part in plan.parts:  # in the order given: the one that matters most first, while the machine is quiet
+        print(f"exchange: {part} (load average {os.getloadavg()[0]:.1f}) ...", flush=True)
+        res.setdefault("load_avg_1min_at_part_start", {})[part] = os.getloadavg()[0]
+        if part == "paths":
+            launches: dict[str, list[dict[str, Any]]] = {"1": [], "2": []}
+            for i in range(plan.launches):
+                for io in ("1", "2") if i % 2 == 0 else ("2", "1"):
+                    for group in variants:
+                        print(f"exchange: paths, launch {i + 1}/{plan.launches}, {io} inter-op thread(s), {group} ...",
+                              flush=True)
+                        launches[io].append(run_steps(group, plan.rounds, plan.steps, int(io), {}))
+                        res["paths"] = launches
+                        res["paths_summary"] = {k: summarize_steps(v) for k, v in launches.items()}
+                        save()
+        elif part == "knobs":
+            res["knobs"] = []
+            for k in plan.knobs:
+                print(f"exchange: knob '{k.name}' ...", flush=True)
+                launch = run_steps(KNOB_VARIANTS, plan.rounds, plan.steps, 2, k.env)
+                res["knobs"].append({"name": k.name, "env": k.env, "what": k.what, "launch": launch,
+                                     "summary": summarize_steps([launch])})
+                save()
+        elif part == "timeline":
+            res["timeline"] = run_timeline(max(plan.steps, 4))
             save()
-    if "timeline" in plan.parts:
-        print("exchange: Horovod timeline ...", flush=True)
-        res["timeline"] = run_timeline(max(plan.steps, 4))
-        save()
-    if "trainer" in plan.parts:
-        res["trainer"] = run_trainer(plan.trainer_rounds, plan.trainer_seconds, plan.trainer_warmup, list(TRAINER_VARIANTS))
-        res["trainer_summary"] = summarize_trainer(res["trainer"])
-        save()
+        elif part == "trainer":
+            res["trainer"] = run_trainer(plan.trainer_rounds, plan.trainer_seconds, plan.trainer_warmup,
+                                         list(TRAINER_VARIANTS))
+            res["trainer_summary"] = summarize_trainer(res["trainer"])
+            save()
+        else:
+            raise SystemExit(f"exchange: unknown part '{part}' (paths, knobs, timeline, trainer)")
     res["machine_after"] = harness.machine()
     res["projection_input"] = projection_input(res)
     save()
