@@ -205,47 +205,56 @@ def run_timeline(steps: int) -> dict[str, Any]:
 TRAINER_VARIANTS = {  # name -> extra trainer flags (every run, the control included, gets --inter-op-threads 2)
     "grouped": ("--allreduce", "grouped"),
     "per-tensor": ("--allreduce", "per-tensor"),
+    "grouped-fp16": ("--allreduce", "grouped", "--compression", "fp16"),
     "per-tensor-fp16": ("--allreduce", "per-tensor", "--compression", "fp16"),
-    # the predictor's forward passes share the process's inter-op pool with the train step
-    "per-tensor-3io": ("--allreduce", "per-tensor", "--inter-op-threads", "3"),
 }
 
 
 def run_trainer(rounds: int, seconds: float, warmup: float, variants: list[str]) -> list[dict[str, Any]]:
-    """Rounds of: the no-exchange control, then each variant; frames/s of all ranks and rank 0's stage split."""
+    """Rounds of: control, variant 1, control, variant 2, ..., control (each variant between two controls,
+    so a drift in the machine's speed during a round hits both sides of its ratio); frames/s of all
+    ranks and rank 0's stage split per run, in the order run (`seq`)."""
     from benchmarks.scaling import RunSpec, Settings, run_point
 
-    out = []
+    out: list[dict[str, Any]] = []
     for rnd in range(rounds):
-        for name in ["control", *variants]:
+        order = [name for v in variants for name in ("control", v)] + ["control"]
+        for name in order:
             extra = ("--inter-op-threads", "2", *TRAINER_VARIANTS.get(name, ()))
             s = Settings("pong", 16, 8, 32, "auto", extra, seconds, warmup, 600.0)
             spec = RunSpec(2, 1, "independent" if name == "control" else "core", "sync")
             print(f"exchange: trainer round {rnd + 1}/{rounds}, {name} ...", flush=True)
             load = os.getloadavg()[0]
             m = run_point(spec, s)
-            out.append({"round": rnd, "variant": name, "load_avg_1min_at_start": load, **m.to_json()})
+            out.append({"seq": len(out), "round": rnd, "variant": name, "load_avg_1min_at_start": load, **m.to_json()})
             print(f"    frames/s {m.frames_per_s or float('nan'):.0f}" + (f"  error: {m.error[:300]}" if m.error else ""),
                   flush=True)
     return out
 
 
 def summarize_trainer(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    by = {(r["round"], r["variant"]): r for r in runs if r.get("frames_per_s")}
-    out: dict[str, Any] = {}
-    for name in sorted({v for _, v in by}):
-        ratios, split = [], collections.defaultdict(list)
-        for (rnd, v), r in by.items():
-            if v != name:
-                continue
-            control = by.get((rnd, "control"))
-            if control:
-                ratios.append(r["frames_per_s"] / control["frames_per_s"])
-            for k, ms in r.get("ms_per_update_rank0", {}).items():
-                split[k].append(ms)
-        out[name] = {"vs_control": spread(ratios), "frames_per_s": spread([r["frames_per_s"] for (_, v), r in by.items() if v == name]),
-                     "ms_per_update_rank0": {k: spread(v) for k, v in split.items()}}
-    return out
+    """Per variant: frames/s over the mean of the controls run just before and just after it (the one
+    there is, at an end), median and range over rounds; rank 0's ms per update per stage."""
+    seq = sorted(runs, key=lambda r: r.get("seq", 0))
+    ratios: dict[str, list[float]] = collections.defaultdict(list)
+    fps: dict[str, list[float]] = collections.defaultdict(list)
+    split: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for i, r in enumerate(seq):
+        if not r.get("frames_per_s"):
+            continue
+        name = r["variant"]
+        fps[name].append(r["frames_per_s"])
+        for k, ms in r.get("ms_per_update_rank0", {}).items():
+            split[name][k].append(ms)
+        if name == "control":
+            continue
+        controls = [c["frames_per_s"] for c in (seq[i - 1] if i > 0 else None, seq[i + 1] if i + 1 < len(seq) else None)
+                    if c is not None and c["variant"] == "control" and c.get("frames_per_s")]
+        if controls:
+            ratios[name].append(r["frames_per_s"] / float(np.mean(controls)))
+    return {name: {"vs_control": spread(ratios[name]) if name != "control" else spread([1.0] * len(fps[name])),
+                   "frames_per_s": spread(fps[name]),
+                   "ms_per_update_rank0": {k: spread(v) for k, v in split[name].items()}} for name in fps}
 
 
 # ---------------------------------------------------------------- analysis, plot, report
