@@ -419,14 +419,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=10.0, help="trainer warm-up seconds")
     p.add_argument("--out", default=harness.RESULTS)
     p.add_argument("--name", default="exchange", help="output file stem")
-    p.add_argument("--analyze-only", default="", help="re-derive summaries, projection input and plot from a saved JSON")
+    p.add_argument("--analyze-only", default="",
+                   help="re-derive summaries, projection input and plot from saved JSON (a comma list: the later "
+                        "files' parts replace the earlier's, e.g. a trainer part measured again)")
     args = p.parse_args(argv)
     harness.exit_on_sigterm()
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, f"{args.name}.json")
     if args.analyze_only:
-        with open(args.analyze_only) as fh:
-            res = json.load(fh)
+        res: dict[str, Any] = {}
+        for path in args.analyze_only.split(","):  # several: each later file's parts replace the earlier's
+            with open(path) as fh:
+                more = json.load(fh)
+            if not res:
+                res = more
+            else:
+                for part in more.get("parts", []):
+                    if part in more:
+                        res[part] = more[part]
+            for part in more.get("parts", []):
+                res.setdefault("measured_in", {})[part] = {"file": os.path.basename(path), "date": more.get("date"),
+                                                           "machine": more.get("machine")}
         reanalyze(res)
         with open(json_path, "w") as fh:
             json.dump(res, fh, indent=1)
