@@ -21,6 +21,7 @@ CLIP_MODES = ("global", "avg")
 LR_SCALINGS = ("none", "linear", "sqrt")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
+GUARD_MODES = ("rollback", "warn")
 MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 
 
@@ -84,6 +85,8 @@ class RunConfig:
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
+    keep_every_frames: int = _f(0, "also keep the first checkpoint past every multiple of this many frames (keep-<update>.npz); "
+                                "rotation never deletes these, so a good state always survives (0: off)")
     intra_op_threads: int = _f(0, "TensorFlow intra-op threads (0: cores available to the rank)")
     inter_op_threads: int = _f(0, "TensorFlow inter-op threads (0: 2)")
     queue_batches: int = _f(2, "train batches buffered between simulation and learner (bounds policy lag)")
@@ -92,6 +95,21 @@ class RunConfig:
     rehearse_ranks: int = _f(1, "rehearse a run on K x the ranks: each process plays K ranks' part (K x simulators, "
                              "K x train batch per update; lr, warm-up and frame counts as that run computes them); "
                              "1: off")
+    collapse_guard: str = _f("rollback", "when the policy collapses (its entropy falls below --guard-entropy-floor, or to "
+                             "--guard-entropy-drop of its recent healthy level): rollback restores the weights and Adam "
+                             "state of a healthy in-memory snapshot and continues with a lower lr; warn only reports it",
+                             choices=GUARD_MODES)
+    guard_snapshot_updates: int = _f(200, "updates between the guard's in-memory snapshots, taken at healthy sync points; a "
+                                     "rollback returns to the older of the last two (200 to 400 updates back)")
+    guard_entropy_floor: float = _f(1e-3, "policy entropy (nats, mean over a sync interval) below which the policy has collapsed")
+    guard_entropy_drop: float = _f(0.1, "collapsed also when the entropy falls below this fraction of its median over the "
+                                   "last 10 healthy sync intervals")
+    guard_grad_jump: float = _f(5.0, "a sync interval whose largest gradient norm exceeds this multiple of its median over "
+                                "the last 10 healthy intervals is suspect: no snapshot is taken from it")
+    guard_lr_cut: float = _f(0.5, "after a rollback the lr is multiplied by this (compounded for each rollback to the same "
+                             "snapshot) for --guard-snapshot-updates updates")
+    guard_max_rollbacks: int = _f(3, "rollbacks to one snapshot before the run gives up: it then saves that snapshot as its "
+                                  "final checkpoint and exits with status 3")
 
 
 @dataclass(frozen=True)
@@ -166,16 +184,22 @@ def validate(cfg: Config) -> None:
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
                     checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min, keep_checkpoints=r.keep_checkpoints,
                     queue_batches=r.queue_batches, eval_episodes=r.eval_episodes, stats_interval_updates=r.stats_interval_updates,
-                    adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks)
+                    adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks,
+                    guard_snapshot_updates=r.guard_snapshot_updates, guard_grad_jump=r.guard_grad_jump,
+                    guard_max_rollbacks=r.guard_max_rollbacks)
     for name, v in positive.items():
         if v <= 0:
             raise ConfigError(f"{_flag(name)}: must be > 0, got {v}")
-    nonneg = dict(eval_every_frames=r.eval_every_frames, max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
+    nonneg = dict(eval_every_frames=r.eval_every_frames, keep_every_frames=r.keep_every_frames,
+                  guard_entropy_floor=r.guard_entropy_floor, max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
                   value_coef=l.value_coef, warmup_updates=l.warmup_updates,
                   intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads)
     for name, v in nonneg.items():
         if v < 0:
             raise ConfigError(f"{_flag(name)}: must be >= 0, got {v}")
+    for name in ("guard_entropy_drop", "guard_lr_cut"):
+        if not 0.0 < getattr(r, name) < 1.0:
+            raise ConfigError(f"{_flag(name)}: must be in (0, 1), got {getattr(r, name)}")
     if not 0.0 < l.gamma <= 1.0:
         raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
     for name in ("beta1", "beta2"):

@@ -22,6 +22,7 @@ from ba3c.config import Config, data_ranks, global_batch, scaled_lr
 from ba3c.dist import Dist
 from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
+from ba3c.guard import EXIT_COLLAPSED, HEALTHY, Guard, IntervalRecorder, Plan
 from ba3c.learner import Learner, StepStats
 from ba3c.model import build_model, resolve_model_kind
 from ba3c.predictor import Predictor
@@ -40,6 +41,7 @@ class RankStats(NamedTuple):
     sim_s: dict[str, float]            # simulation thread's seconds per stage so far
     learn_s: dict[str, float]          # learner's seconds per stage so far
     cpu_s: float                       # this process's CPU seconds since it began training
+    entropy: float                     # this rank's policy entropy, mean over the updates since the last sync point
 
 
 def config_changes(old: dict[str, dict[str, Any]], new: Config) -> dict[str, list[Any]]:
@@ -68,6 +70,9 @@ class Trainer:
         self.state = state.broadcast(dist)
         self.learner.broadcast_from_root()
         self.learner.updates = self.state.updates
+        self.guard = Guard(cfg.run, dist.is_root, self.state.lr_scale)
+        self.learner.lr_scale = self.state.lr_scale  # earlier rollbacks' lr cuts hold for the whole run
+        self.interval = IntervalRecorder()
         self.frames_per_update = global_batch(cfg, dist.size) * spec.frames_per_step
         # Frames so far come from the checkpoint: a resume may change the world size, hence frames per update.
         self.total_updates = self.state.updates + max(
@@ -76,6 +81,8 @@ class Trainer:
         self._build_workers()
         self.stats: StepStats | None = None  # the last update's
         self.last_checkpoint_t = 0.0
+        k = cfg.run.keep_every_frames  # the next multiple of it past which a kept checkpoint is due
+        self.next_keep = (self.state.frames // k + 1) * k if k else 0
 
     def _build_pipeline(self) -> None:
         s, l = self.cfg.sim, self.cfg.learn
@@ -158,6 +165,8 @@ class Trainer:
         return self._finish(status)
 
     def _start(self) -> None:
+        if self.guard.needs_snapshots:  # the state this process starts from: the first rollback target
+            self.guard.take_snapshot(self.state.updates, self.learner.state_arrays())
         self.state.start_clocks()
         self.last_checkpoint_t = self.state.t_start
         if self.evaluator is not None:
@@ -170,6 +179,7 @@ class Trainer:
 
     def _train(self, batch: TrainBatch) -> None:
         self.stats = self.learner.train(batch)
+        self.interval.add(self.stats.entropy, self.stats.grad_norm)
         self.learn_timers.seconds["train"] += self.stats.train_s - self.stats.allreduce_s
         self.learn_timers.seconds["allreduce"] += self.stats.allreduce_s
         self.state.updates += 1
@@ -180,22 +190,50 @@ class Trainer:
             raise self.sim_thread.error
 
     def _sync(self) -> int | None:
-        """Every rank, in the same order: gather statistics to rank 0, vote on stopping.
-        Returns the exit status when the run stops here, else None."""
+        """Every rank, in the same order: gather statistics to rank 0, the collapse guard's plan, vote on
+        stopping. Returns the exit status when the run stops here, else None."""
         r = self.cfg.run
-        mine = RankStats([(e.score, e.length) for e in self.sim_thread.drain_episodes()],
-                         dict(self.sim_thread.timers.seconds), dict(self.learn_timers.seconds), self.state.cpu_here())
+        episodes = [(e.score, e.length) for e in self.sim_thread.drain_episodes()]
+        mine = RankStats(episodes, dict(self.sim_thread.timers.seconds), dict(self.learn_timers.seconds),
+                         self.state.cpu_here(), self.interval.entropy_mean())
         gathered = self.dist.gather(mine)
+        plan = self._guard(gathered)  # None on ranks > 0 when the guard only warns
         timed_out = r.max_minutes > 0 and time.time() - self.state.t_start > r.max_minutes * 60
         stop = self.dist.any_true(self.flag.received is not None or timed_out)
         if self.report is not None:
-            assert gathered is not None
-            self._sync_root(gathered, stop)
+            assert gathered is not None and plan is not None
+            self._sync_root(gathered, stop, plan)
+        if plan is not None and plan.action == "give_up":
+            return EXIT_COLLAPSED
         if not stop:
             return None
         return 0 if (timed_out and self.flag.received is None) else EXIT_SIGNALLED
 
-    def _sync_root(self, gathered: list[RankStats], stop: bool) -> None:
+    def _guard(self, gathered: list[RankStats] | None) -> Plan | None:
+        """Rank 0 judges the interval and plans; in rollback mode every rank receives the plan and carries
+        it out at this same update (snapshot, or restore weights and Adam state)."""
+        plan = None
+        if gathered is not None:
+            lengths = [n for g in gathered for _, n in g.episodes]
+            plan = self.guard.plan(self.interval.take(self.state.updates, [g.entropy for g in gathered], lengths))
+        self.interval.clear()
+        if not self.guard.needs_snapshots:  # warn mode: rank 0 reports, nobody else acts
+            return plan
+        if self.dist.size > 1:
+            plan = self.dist.broadcast_obj(plan)
+        assert plan is not None
+        if plan.action == "snapshot":
+            self.guard.take_snapshot(self.state.updates, self.learner.state_arrays())
+        elif plan.action in ("rollback", "give_up"):
+            self.learner.load_state_arrays(self.guard.restore(plan), "the guard's snapshot")
+            # batches already queued were played by the collapsed policy
+            self.sim_thread.discard_queued()
+            self.learner.lr_scale = self.state.lr_scale = self.guard.lr_scale
+            if plan.action == "rollback":
+                self.state.rollbacks += 1
+        return plan
+
+    def _sync_root(self, gathered: list[RankStats], stop: bool, plan: Plan) -> None:
         """Rank 0 at a sync point: count, report, evaluate and checkpoint when they are due."""
         assert self.report is not None and self.stats is not None
         r = self.cfg.run
@@ -203,15 +241,23 @@ class Trainer:
         self.state.episodes += len(episodes)
         self.state.cpu_s = self.state.prior_cpu_s + sum(g.cpu_s for g in gathered)
         now = time.time()
-        self.report.sync(self.state, episodes, {**gathered[0].sim_s, **gathered[0].learn_s}, self.stats,
-                         self.learner.current_lr(), now, force=stop or self._last_update())
+        self.report.guard(plan, self.state, self.state.elapsed(now))
+        self.report.sync(self.state, episodes, {**gathered[0].sim_s, **gathered[0].learn_s}, self.stats, plan.stats,
+                         plan.verdict.state, self.learner.current_lr(), now,
+                         force=stop or self._last_update() or plan.action not in ("none", "snapshot"))
         if self.evaluator is not None and self.state.frames >= self.next_eval:
             self.evaluator.submit([np.array(w) for w in self.model.get_weights()], self.state.frames,
                                   self.state.updates, self.state.elapsed(now))
             self.next_eval += r.eval_every_frames
-        if now - self.last_checkpoint_t >= r.checkpoint_interval_min * 60 and not stop:
-            self._save_checkpoint()
+        # Never over a good checkpoint with a collapsed state: a checkpoint due now waits for a healthy interval
+        # (after a rollback the restored state is written at the next one).
+        keep_due = bool(r.keep_every_frames) and self.state.frames >= self.next_keep
+        due = keep_due or now - self.last_checkpoint_t >= r.checkpoint_interval_min * 60
+        if due and not stop and plan.verdict.state == HEALTHY:
+            self._save_checkpoint(kept=keep_due)
             self.last_checkpoint_t = now
+            if keep_due:
+                self.next_keep = (self.state.frames // r.keep_every_frames + 1) * r.keep_every_frames
 
     def _evaluate(self, model, updates: int) -> dict[str, Any]:
         """The periodic evaluation, run by the evaluation thread on a snapshot of the weights."""
@@ -219,14 +265,14 @@ class Trainer:
         return evaluate_model(model, self.spec, r.eval_episodes, r.eval_policy, num_envs=min(r.eval_episodes, 16),
                               max_episode_frames=self.cfg.sim.max_episode_frames, seed=10_000 + updates, num_threads=1)
 
-    def _save_checkpoint(self) -> None:
+    def _save_checkpoint(self, kept: bool = False) -> None:
         assert self.report is not None
         meta = {**self.state.to_meta(), "world_size": self.dist.size, "rehearse_ranks": self.cfg.run.rehearse_ranks,
                 "config": self.cfg.to_dict(),
                 "rng": {"seed": self.cfg.sim.seed}, "model": self.model_kind, "num_actions": self.sim.num_actions,
                 "obs_shape": list(self.sim.obs_shape)}
         path = ckpt.save(self.ckpt_dir, self.state.updates, self.learner.state_arrays(), meta,
-                         self.cfg.run.keep_checkpoints)
+                         self.cfg.run.keep_checkpoints, kept=kept)
         self.report.checkpoint_written(path)
 
     # ---- the end
