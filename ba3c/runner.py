@@ -231,6 +231,11 @@ class Trainer:
             self.learner.lr_scale = self.state.lr_scale = self.guard.lr_scale
             if plan.action == "rollback":
                 self.state.rollbacks += 1
+            if self.dist.size > 1:  # every rank restored its own copy: check that they are the same
+                sums = self.dist.gather(self.learner.weights_checksum())
+                if sums is not None and len(set(sums)) > 1:
+                    raise RuntimeError(f"ranks disagree after the rollback to update {plan.target:,} "
+                                       f"(weight checksums {sums})")
         return plan
 
     def _sync_root(self, gathered: list[RankStats], stop: bool, plan: Plan) -> None:

@@ -70,6 +70,12 @@ BAD = [
     (["--resume", "/nonexistent/run"], "--resume"),
     (["--run-dir", "/proc/ba3c-not-writable"], "--run-dir"),
     (["--queue-batches", "0"], "--queue-batches"),
+    (["--collapse-guard", "retry"], "--collapse-guard"),
+    (["--guard-entropy-drop", "1.5"], "--guard-entropy-drop"),
+    (["--guard-lr-cut", "0"], "--guard-lr-cut"),
+    (["--guard-snapshot-updates", "0"], "--guard-snapshot-updates"),
+    (["--guard-max-rollbacks", "0"], "--guard-max-rollbacks"),
+    (["--keep-every-frames", "-5"], "--keep-every-frames"),
     # the network against the observations, decided before TensorFlow starts
     (["--env", "CartPole-v1", "--model", "nature"], "--model nature"),
     (["--env", "CartPole-v1", "--model", "paper"], "--model paper"),
