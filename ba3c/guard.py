@@ -9,9 +9,10 @@ at every sync point:
 * `IntervalRecorder` (every rank) sums what each update reported since the last sync point: the
   policy entropy (a local quantity) and the gradient norm before clipping (the same on every rank).
 * `CollapseDetector` (rank 0) turns an interval's statistics into a verdict: collapsed (entropy
-  below an absolute floor, or below a fraction of its median over recent healthy intervals, or not
-  finite), suspect (the interval's largest gradient norm a multiple of the healthy intervals'
-  median largest one: no snapshot is taken from it), or healthy.
+  below an absolute floor, or below a fraction of its recent median, or not
+  finite), suspect (the interval's largest gradient norm a multiple of the median largest one: no
+  snapshot is taken from it), or healthy. The medians are over the last 10 intervals that were not
+  collapsed.
 * `Guard.plan` (rank 0) decides what to do: nothing, take a snapshot, roll back, or give up. The
   plan is broadcast, and `Guard.apply` (every rank) carries it out, so every rank snapshots and
   restores the same state at the same update.
@@ -35,7 +36,7 @@ import numpy as np
 from ba3c.config import RunConfig
 
 HEALTHY, SUSPECT, COLLAPSED = "healthy", "suspect", "collapsed"
-HISTORY = 10  # healthy intervals whose medians are the reference levels
+HISTORY = 10  # intervals (the last that were not collapsed) whose medians are the reference levels
 EXIT_COLLAPSED = 3  # the guard gave up: the policy kept collapsing after --guard-max-rollbacks rollbacks
 
 
@@ -53,7 +54,7 @@ class IntervalStats:
 class Verdict:
     state: str                    # HEALTHY, SUSPECT or COLLAPSED
     reason: str                   # why, in words ('' when healthy)
-    entropy_ref: float | None     # medians over recent healthy intervals (None before the first): of the entropy,
+    entropy_ref: float | None     # medians over the last intervals not collapsed (None before the first): of the entropy,
     grad_ref: float | None        # of the largest gradient norm, and of the episode length
     episode_length_ref: float | None
 
@@ -97,7 +98,8 @@ class IntervalRecorder:
 
 
 class CollapseDetector:
-    """Rank 0: a verdict per sync interval against the medians of recent healthy intervals."""
+    """Rank 0: a verdict per sync interval against the medians of the last HISTORY intervals that were not
+    collapsed."""
 
     def __init__(self, entropy_floor: float, entropy_drop: float, grad_jump: float) -> None:
         self.entropy_floor, self.entropy_drop, self.grad_jump = entropy_floor, entropy_drop, grad_jump
@@ -119,16 +121,18 @@ class CollapseDetector:
             return verdict(COLLAPSED, f"policy entropy {s.entropy:.2g} is below the floor {self.entropy_floor:g}")
         if e_ref is not None and s.entropy < self.entropy_drop * e_ref:
             return verdict(COLLAPSED, f"policy entropy {s.entropy:.2g} fell below {self.entropy_drop:g} x its "
-                                      f"healthy median {e_ref:.3g}")
-        if not math.isfinite(s.grad_norm_max):
-            return verdict(SUSPECT, f"gradient norm is {s.grad_norm_max}")
-        if g_ref is not None and s.grad_norm_max > self.grad_jump * g_ref:
-            return verdict(SUSPECT, f"largest gradient norm {s.grad_norm_max:.3g} is {s.grad_norm_max / g_ref:.1f} x "
-                                    f"its healthy median {g_ref:.3g}")
+                                      f"recent median {e_ref:.3g}")
+        # From here on the policy is alive, so the interval joins the reference (a suspect one too: a lasting
+        # rise of the gradient norm, as when rewards first appear, must become the new normal within a few).
         self._entropy.append(s.entropy)
-        self._grad.append(s.grad_norm_max)
         if s.episode_length is not None:
             self._length.append(s.episode_length)
+        if not math.isfinite(s.grad_norm_max):
+            return verdict(SUSPECT, f"gradient norm is {s.grad_norm_max}")
+        self._grad.append(s.grad_norm_max)
+        if g_ref is not None and s.grad_norm_max > self.grad_jump * g_ref:
+            return verdict(SUSPECT, f"largest gradient norm {s.grad_norm_max:.3g} is {s.grad_norm_max / g_ref:.1f} x "
+                                    f"its recent median {g_ref:.3g}")
         return verdict(HEALTHY)
 
 

@@ -114,10 +114,10 @@ class Reporter:
         if plan.action in ("none", "snapshot"):
             return
         s, v, u = plan.stats, plan.verdict, state.updates
-        ref = f"; largest gradient norm {s.grad_norm_max:.3g}" + (f" (healthy median {v.grad_ref:.3g})" if v.grad_ref else "")
+        ref = f"; largest gradient norm {s.grad_norm_max:.3g}" + (f" (recent median {v.grad_ref:.3g})" if v.grad_ref else "")
         if s.episode_length is not None:
             ref += f"; episodes {s.episode_length:.0f} steps" + (
-                f" (healthy {v.episode_length_ref:.0f})" if v.episode_length_ref else "")
+                f" (recent {v.episode_length_ref:.0f})" if v.episode_length_ref else "")
         if plan.action == "rollback":
             print(f"ba3c: collapse guard: at update {u:,} {v.reason}{ref}; rolled back to the snapshot of update "
                   f"{plan.target:,} (weights and Adam state), lr x{plan.lr_scale:g} from now on (rollback "
@@ -160,7 +160,7 @@ class Reporter:
         self.writer.close()
         curve = plot_curve(self.run_dir)
         self.meta.update(end=now_iso(), final_update=state.updates, final_frames=state.frames, exit_status=status,
-                         stage_seconds_rank0={**sim_s, **learn_s})
+                         stage_seconds_rank0={**sim_s, **learn_s}, rollbacks=state.rollbacks, lr_scale=state.lr_scale)
         self.writer.write_json("meta.json", self.meta)
         print_timers(sim_s, learn_s, time.time() - state.t_start)
         if status == EXIT_COLLAPSED:

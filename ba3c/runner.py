@@ -22,7 +22,7 @@ from ba3c.config import Config, data_ranks, global_batch, scaled_lr
 from ba3c.dist import Dist
 from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
-from ba3c.guard import EXIT_COLLAPSED, HEALTHY, Guard, IntervalRecorder, Plan
+from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, Guard, IntervalRecorder, Plan
 from ba3c.learner import Learner, StepStats
 from ba3c.model import build_model, resolve_model_kind
 from ba3c.predictor import Predictor
@@ -254,11 +254,11 @@ class Trainer:
             self.evaluator.submit([np.array(w) for w in self.model.get_weights()], self.state.frames,
                                   self.state.updates, self.state.elapsed(now))
             self.next_eval += r.eval_every_frames
-        # Never over a good checkpoint with a collapsed state: a checkpoint due now waits for a healthy interval
-        # (after a rollback the restored state is written at the next one).
+        # Never over a good checkpoint with a collapsed state: a checkpoint due now waits for an interval that
+        # is not collapsed (after a rollback the restored state is written at the next one).
         keep_due = bool(r.keep_every_frames) and self.state.frames >= self.next_keep
         due = keep_due or now - self.last_checkpoint_t >= r.checkpoint_interval_min * 60
-        if due and not stop and plan.verdict.state == HEALTHY:
+        if due and not stop and plan.verdict.state != COLLAPSED:
             self._save_checkpoint(kept=keep_due)
             self.last_checkpoint_t = now
             if keep_due:
