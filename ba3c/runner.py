@@ -112,6 +112,11 @@ class Trainer:
         if "cpu_s" not in c.meta:
             print("ba3c: this checkpoint predates CPU accounting; cpu_s counts from this resume", file=sys.stderr)
         state = RunState.from_meta(c.meta)
+        if state.lr_scale != 1.0 and any(k in changes for k in ("lr", "lr_scaling", "lr_ref_batch")):
+            # a learning rate chosen on resume replaces the cut the collapse guard made
+            print(f"ba3c: the learning rate changes on resume: the collapse guard's lr cut (x{state.lr_scale:g}) "
+                  f"is dropped")
+            state.lr_scale = 1.0
         print(f"ba3c: resuming from {c.path} (update {state.updates:,}, {state.frames:,} frames; "
               f"trained on {c.meta.get('world_size')} ranks, now {self.dist.size})")
         return state, changes

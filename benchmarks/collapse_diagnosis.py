@@ -5,7 +5,9 @@
 
 1. breakout: the committed Breakout run that collapsed (time_to_score-breakout-collapsed-progress.csv):
    its rows from just before the collapse to the end of that process. Stage timers are cumulative per
-   process, so continuous t_env / t_predict show which rows one process wrote.
+   process, so continuous t_env / t_predict show which rows one process wrote. And committed_runs:
+   every row of the committed time-to-score runs whose (last update's) entropy is below 1e-3, with
+   the rows around it and the run's medians.
 2. probe: CartPole A2C with ba3c's own pieces (simulator, predictor, n-step experience, Learner with
    Adam and global-norm clipping) in one thread, so it is repeatable: every update's entropy, gradient
    norm (before clipping), losses, mean |advantage|, the batch's logit gap (largest minus second
@@ -16,8 +18,11 @@
    a policy collapsed onto one action; its last mean-20 training return), how many rollbacks.
 4. pong (optional): the checkpoints of the collapsed global-batch-2048 Pong rehearsal: logits on
    Pong frames from random play (mean logits, gap, argmax counts, entropy).
+5. runs (optional, --runs NAME=RUN_DIR,...): trainer runs made separately (e.g. the same Pong config
+   with --collapse-guard warn and rollback): their config, progress (updates, frames, mean entropy,
+   largest gradient norm, mean-20 return, verdict) and guard events, and a plot of their entropy.
 
-Writes benchmarks/results/collapse-diagnosis.{json,png} (or --out).
+Writes benchmarks/results/collapse-diagnosis.{json,png} and, with --runs, collapse-guard-runs.png (or --out).
 """
 from __future__ import annotations
 
@@ -51,6 +56,32 @@ def breakout_rows(path: str = BREAKOUT_CSV, from_update: int = 24_680) -> dict[s
     starts = [int(rows[0]["updates"])] + [int(b["updates"]) for a, b in zip(rows, rows[1:]) if b["t_env"] < a["t_env"]]
     return {"source": os.path.relpath(path, harness.ROOT), "process_first_rows_at_update": starts,
             "rows": [r for r in rows if r["updates"] >= from_update]}
+
+
+def committed_collapses(pattern: str = "time_to_score-*-progress.csv", floor: float = 1e-3) -> list[dict[str, Any]]:
+    """Rows with entropy below `floor` in the committed progress files: the row before, the row, and the
+    rows up to the first one whose entropy is back above half the run's median."""
+    import glob
+    import statistics
+
+    keys = ("updates", "frames", "episodes", "return_mean20", "episode_length_mean", "value_loss", "entropy", "grad_norm")
+    out = []
+    for path in sorted(glob.glob(os.path.join(harness.RESULTS, pattern))):
+        with open(path, newline="") as fh:
+            rows = [{k: float(r[k]) if r.get(k) else None for k in keys} for r in csv.DictReader(fh) if r.get("entropy")]
+        med = {k: statistics.median(r[k] for r in rows) for k in ("entropy", "grad_norm", "value_loss")}
+        i = 0
+        while i < len(rows):
+            if rows[i]["entropy"] >= floor:
+                i += 1
+                continue
+            j = i
+            while j < len(rows) and rows[j]["entropy"] < 0.5 * med["entropy"]:
+                j += 1
+            out.append({"source": os.path.relpath(path, harness.ROOT), "run_medians": med,
+                        "recovered": j < len(rows), "rows": rows[max(0, i - 1):j + 2]})
+            i = j + 1
+    return out
 
 
 # ---------------------------------------------------------------- part 2: the synchronous probe
@@ -107,7 +138,7 @@ def probe(lr: float, updates: int, seed: int) -> list[dict[str, float]]:
     return out
 
 
-def summarize_probe(rows: list[dict[str, float]], floor: float = 1e-3, burst: int = 12) -> dict[str, Any]:
+def summarize_probe(rows: list[dict[str, float]], floor: float = 1e-3, burst: int = 24) -> dict[str, Any]:
     """When the batch entropy first fell below `floor`, and how the `burst` updates up to it differ from
     the updates before them: logit-gap change per update, weight step, gradient norm, value loss."""
     first = next((r for r in rows if r["entropy"] < floor), None)
@@ -131,10 +162,11 @@ def summarize_probe(rows: list[dict[str, float]], floor: float = 1e-3, burst: in
             "logit_gap_change_burst_total": float(np.sum(gap_change(during))),
             "weight_step_median": [step0, med(during, "weight_step")],
             "burst_weight_step_over_median_before": [r["weight_step"] / step0 for r in during],
+            "burst_logit_gap_after": [r["logit_gap_after"] for r in during],
             "grad_norm_median": [med(before, "grad_norm"), med(during, "grad_norm")],
             "value_loss_median": [med(before, "value_loss"), med(during, "value_loss")],
             "adv_abs_mean_median": [med(before, "adv_abs_mean"), med(during, "adv_abs_mean")]}
-        s["around_first_collapse"] = rows[max(0, i - burst):i + 4]
+        s["around_first_collapse"] = rows[max(0, i - 12):i + 4]
     return s
 
 
@@ -206,6 +238,40 @@ def pong_logits(ckpt_dir: str) -> list[dict[str, Any]]:
     return out
 
 
+# ---------------------------------------------------------------- part 5: runs made separately
+
+def run_summary(run_dir: str) -> dict[str, Any]:
+    with open(os.path.join(run_dir, "config.json")) as fh:
+        cfg = json.load(fh)
+    rows = harness.progress_rows(run_dir)
+    events_path = os.path.join(run_dir, "events.csv")
+    events = list(csv.DictReader(open(events_path, newline=""))) if os.path.exists(events_path) else []
+    num = lambda v: float(v) if v not in ("", None) else None  # noqa: E731
+    return {"run_dir": run_dir, "config": cfg,
+            "columns": ["updates", "frames", "entropy_mean", "grad_norm_max", "return_mean20", "guard"],
+            "rows": [[int(r["updates"]), int(r["frames"]), num(r["entropy_mean"]), num(r["grad_norm_max"]),
+                      num(r["return_mean20"]), r["guard"]] for r in rows],
+            "events": events}
+
+
+def plot_runs(runs: dict[str, dict[str, Any]], out_png: str) -> None:
+    plt = harness.pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for name, r in runs.items():
+        line, = ax.semilogy([x[0] for x in r["rows"]], [max(x[2], 1e-12) for x in r["rows"]], label=name)
+        for e in r["events"]:
+            ax.axvline(int(e["updates"]), color=line.get_color(), linestyle="--" if e["event"] == "rollback" else ":",
+                       alpha=0.7)
+    ax.set_xlabel("update")
+    ax.set_ylabel("policy entropy, mean per row (nats)")
+    ax.set_title("dashed: rollback, dotted: collapse reported")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=90)
+    plt.close(fig)
+
+
 # ---------------------------------------------------------------- plot and main
 
 def plot(probe_rows: list[dict[str, float]], title: str, out_png: str) -> None:
@@ -236,12 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe-updates", type=int, default=600)
     ap.add_argument("--guard-seeds", default="0,1,2,3", help="seeds of part 3 ('' skips it)")
     ap.add_argument("--pong-checkpoints", default="", help="checkpoint folder of the collapsed gb2048 Pong run (part 4)")
+    ap.add_argument("--runs", default="", help="NAME=RUN_DIR,... trainer runs to summarise (part 5)")
     ap.add_argument("--out", default=harness.RESULTS)
     a = ap.parse_args(argv)
     harness.exit_on_sigterm()
     os.makedirs(a.out, exist_ok=True)
     result: dict[str, Any] = {"date": harness.now(), "machine": harness.machine(),
-                              "breakout_collapsed_run": breakout_rows(), "probe": [], "guard": [], "pong_gb2048": None}
+                              "breakout_collapsed_run": breakout_rows(), "committed_runs": committed_collapses(),
+                              "probe": [], "guard": [], "pong_gb2048": None}
     first_collapsing = None
     for lr in (float(x) for x in a.probe_lrs.split(",") if x):
         for seed in (int(x) for x in a.probe_seeds.split(",") if x):
@@ -268,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                           flush=True)
     if a.pong_checkpoints:
         result["pong_gb2048"] = {"checkpoints": a.pong_checkpoints, "by_checkpoint": pong_logits(a.pong_checkpoints)}
+    if a.runs:
+        result["runs"] = {name: run_summary(d) for name, d in (x.split("=", 1) for x in a.runs.split(","))}
+        plot_runs(result["runs"], os.path.join(a.out, "collapse-guard-runs.png"))
     with open(os.path.join(a.out, "collapse-diagnosis.json"), "w") as fh:
         json.dump(result, fh, indent=1)
     return 0

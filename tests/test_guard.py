@@ -274,3 +274,9 @@ def test_two_ranks_roll_back_together_then_give_up(tmp_path):
         np.testing.assert_array_equal(a, b)
     adam = final.arrays[len(start):]
     assert int(adam[0]) == 0 and all(not np.any(a) for a in adam[2:]), "Adam's state is not the starting one"
+    # the cut survives in the checkpoint; a resume that sets the lr anew drops it (one process this time)
+    assert final.meta["lr_scale"] == 0.25
+    p = run_train(["--resume", str(run), "--lr", "3e-4", "--guard-entropy-floor", "0.001", "--total-frames", "2000"],
+                  timeout=300)
+    assert "the collapse guard's lr cut (x0.25) is dropped" in p.stdout
+    assert ckpt.load_latest(str(run / "checkpoints")).meta["lr_scale"] == 1.0
