@@ -75,6 +75,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="pong")
     p.add_argument("--target", type=float, default=None, help="default: the paper's threshold for the game")
+    p.add_argument("--startup-min", type=float, default=60.0,
+                   help="cap on start-up (launch to the first progress row), minutes: a bound on a broken start")
     p.add_argument("--max-hours", type=float, default=3.0,
                    help="time budget, from the trainer's first progress row of this invocation (start-up excluded)")
     p.add_argument("--total-frames", type=int, default=40_000_000)
@@ -159,9 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     def stop(_rows: list[list[Row]]) -> bool:  # at the target (the time budget is the job's run_timeout_s)
         return first_reach(harness.read_rows(os.path.join(run_dir, crit.file)), target, crit.column) is not None
 
-    job = harness.TrainerJob(cmd, [run_dir], log_path=None, run_timeout_s=args.max_hours * 3600, poll_s=2.0)
+    job = harness.TrainerJob(cmd, [run_dir], log_path=None, startup_timeout_s=args.startup_min * 60,
+                             run_timeout_s=args.max_hours * 3600, poll_s=2.0)
     try:
-        harness.launch(job, stop)
+        run = harness.launch(job, stop)
+        if run.outcome == "startup timeout":
+            print(f"time_to_score: no progress row within --startup-min {args.startup_min:g} (building thousands of "
+                  f"emulators on a loaded machine can take longer: raise it); the trainer was stopped", flush=True)
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM via harness.exit_on_sigterm
         print("time_to_score: stopped; the trainer checkpointed; recording what it reached", flush=True)
     result = summarize(args, target, run_dir, cmd, time.time() - t0)
