@@ -92,10 +92,10 @@ def test_anti_stuck_rule_by_hand():
     assert [int(rule(np.zeros(1, np.int32), on)[0]) for _ in range(30)] == [0] * 29 + [1]
     # an action sent while the environment resets is ignored by it: neither counted nor replaced
     rule.end_episodes(on)
-    for _ in range(29):
+    for _ in range(28):
         rule(np.zeros(1, np.int32), on)
     assert rule(np.zeros(1, np.int32), ~on)[0] == 0
-    assert rule(np.zeros(1, np.int32), on)[0] == 1
+    assert [int(rule(np.zeros(1, np.int32), on)[0]) for _ in range(2)] == [0, 1]  # the 29th and 30th counted
 
 
 def test_anti_stuck_rule_matches_prevent_stuck_player():
@@ -321,3 +321,32 @@ def test_paper_protocol_finishes_breakout_where_greedy_waits():
     # without an explicit cap the paper's own: 40,000 agent steps
     assert evaluation.episode_cap_frames(evaluation.PROTOCOLS["paper"], spec, None) == 160_000
     assert evaluation.episode_cap_frames(evaluation.PROTOCOLS["greedy"], spec, None) == 108_000
+
+
+def test_eval_csv_of_an_older_run_gets_the_new_columns(tmp_path):
+    """A run resumed after eval.csv gained columns: old rows keep their values, the header lines up with new rows."""
+    from ba3c import rundir
+
+    path = tmp_path / "eval.csv"
+    old = rundir.EVAL_FIELDS[:11]
+    path.write_text(",".join(old) + "\n" + ",".join(["1.5", "100", "2", "greedy", "3"] + ["7"] * 6) + "\n")
+    rundir._upgrade_header(str(path), rundir.EVAL_FIELDS)
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == rundir.EVAL_FIELDS and rows[0]["policy"] == "greedy" and rows[0]["length_mean"] == "7"
+    assert rows[0]["max_episode_steps"] == "" and rows[0]["truncated_episodes"] == ""
+    before = path.read_text()
+    rundir._upgrade_header(str(path), rundir.EVAL_FIELDS)  # already current: left alone
+    assert path.read_text() == before
+
+
+def test_scores_table_names_the_paper_protocol(tmp_path):
+    cmp = load_compare()
+    paper = fake_eval("breakout", "paper", 300.0, 9_000_000, "2026-12-01",
+                      protocol={"name": "paper", "max_episode_frames": 160_000, "max_episode_steps": 40_000})
+    (tmp_path / "eval-paper.json").write_text(json.dumps(paper))
+    pub = cmp.load_published(cmp.DEFAULT_PUBLISHED)
+    rows = cmp.build_rows(cmp.find_evals([tmp_path]), pub)
+    assert [(r.policy, r.protocol_note) for r in rows] == [("paper", "cap 40,000 agent steps")]
+    md = cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
+    assert "| Breakout | 300.0 ± 1.5 | paper, cap 40,000 agent steps |" in md and "anti-stuck rule" in md
