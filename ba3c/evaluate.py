@@ -98,9 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=50, help="complete episodes to play (paper: 50)")
     p.add_argument("--policy", choices=POLICIES, default="paper", metavar="PROTOCOL",
                    help=f"{', '.join(POLICIES)}. paper: the BA3C authors' protocol (argmax, random action with "
-                        f"probability 0.001, FIRE after 30 identical choices in a row, cap {PAPER_MAX_EPISODE_STEPS:,} "
-                        "agent steps); greedy: plain argmax (a Breakout agent may never serve again); sampled: as "
-                        "in training; egreedy: DQN / Gorila")
+                        "probability 0.001, action 1 (FIRE) at 30 identical choices in a row, cap "
+                        f"{PAPER_MAX_EPISODE_STEPS:,} agent steps); greedy: plain argmax (a Breakout agent may never "
+                        "serve again); sampled: as in training; egreedy: DQN / Gorila")
     p.add_argument("--epsilon", type=float, default=0.05, help="random-action probability for --policy egreedy")
     p.add_argument("--num-envs", type=int, default=16, help="environments played in parallel")
     p.add_argument("--max-episode-frames", type=int, default=None,

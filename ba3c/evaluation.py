@@ -43,12 +43,13 @@ STANDARD_MAX_EPISODE_FRAMES = 108_000  # 30 minutes of play at 60 Hz: the usual 
 RECORD_MAX_FRAMES = 5_000  # ~5.5 min of GIF at 15 agent steps/s; bounds memory and file size
 # The authors' evaluation (sources in the module docstring).
 PAPER_STUCK_REPEATS = 30             # PreventStuckPlayer(player, 30, 1), evaluation players only
-PAPER_STUCK_ACTION = 1               # FIRE wherever the game has FIRE: minimal action sets are ordered NOOP, FIRE, ...
+PAPER_STUCK_ACTION = 1               # FIRE in 89 of the 91 ALE games with FIRE (minimal sets list NOOP, then FIRE)
 PAPER_MAX_EPISODE_STEPS = 40_000     # LimitLengthPlayer(player, 40000), agent steps
 PAPER_RANDOM_ACTION_PROB = 0.001     # common.play_one_episode: `if random.random() < 0.001: act = spc.sample()`
-PAPER_ENVIRONMENT = ("the authors played gym 0.7.1's <Game>-v0 (atari-py 0.0.18): sticky actions with probability "
-                     "0.25, frameskip drawn from 2-4 each step, RGB frames resized to 84x84, no no-op starts; "
-                     "sticky actions make theirs the harder protocol. Our environment is the one recorded here")
+PAPER_ENVIRONMENT = ("the authors played gym's <Game>-v0 (their requirements pin gym 0.7.1, atari-py 0.0.18): sticky "
+                     "actions with probability 0.25, frameskip drawn from 2-4 each step, RGB frames resized to 84x84, "
+                     "no no-op starts; sticky actions make theirs the harder protocol. Ours is the environment "
+                     "recorded here")
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,10 @@ class AntiStuck:
     An episode's end forgets the count.
 
     Breakout needs FIRE to serve after a lost life; a greedy agent that waits would wait until the cap.
-    The authors insert action 1, which is FIRE in every ALE minimal action set that has FIRE; in games
-    without FIRE action 1 is another action (Freeway: UP, Skiing: RIGHT) and we insert it all the same,
-    as their code did, and the evaluation record names it.
+    The authors insert action 1. In ale-py 0.12.1's minimal action sets that is FIRE in 89 of the 91
+    games with FIRE (NOOP comes first, then FIRE; Backgammon and Video Checkers have no NOOP) and UP or
+    RIGHT in the 13 games without FIRE (Freeway, Ms. Pac-Man: UP; Skiing: RIGHT). We insert action 1
+    everywhere, as their code did; the evaluation record names it.
     """
 
     def __init__(self, num_envs: int, repeats: int, action: int) -> None:
@@ -295,9 +297,9 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
                             f"{spec.kind}:{spec.name} has {sim.num_actions} action(s); use --policy greedy")
         anti_stuck = AntiStuck(len(quotas), proto.stuck_repeats, proto.stuck_action)
         if names is not None and names[proto.stuck_action] != "FIRE":
-            print(f"ba3c.evaluate: note: {spec.name} has no FIRE; the {proto.name} protocol's anti-stuck rule plays "
-                  f"action {proto.stuck_action} ({names[proto.stuck_action]}), as the authors' code did",
-                  file=sys.stderr, flush=True)
+            print(f"ba3c.evaluate: note: action {proto.stuck_action} of {spec.name} is {names[proto.stuck_action]}, "
+                  f"not FIRE; the {proto.name} protocol's anti-stuck rule plays it all the same, as the authors' code "
+                  "did", file=sys.stderr, flush=True)
     if record_path and len(sim.obs_shape) != 3:  # not worth failing the evaluation over
         print(f"ba3c.evaluate: not recording: --record needs image observations, {spec.kind}:{spec.name} has "
               f"vector observations of shape {sim.obs_shape}", file=sys.stderr, flush=True)

@@ -173,7 +173,8 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
         lines.append(f"* **{SOURCE_TITLES[s]}**: {'; '.join(protocols)}. {' / '.join(citations)}.")
     if any(r.policy == "paper" for r in rows):
         lines.append("* Our **paper** protocol is the BA3C authors' evaluation (argmax, a random action with probability "
-                     "0.001, FIRE after 30 identical choices in a row, episodes capped at 40,000 agent steps) on our "
+                     "0.001, action 1 (FIRE) at 30 identical choices in a row, episodes capped at 40,000 agent "
+                     "steps) on our "
                      "environment (ALE, frameskip 4, no sticky actions); they played gym's *-v0 games (sticky actions "
                      "0.25, frameskip 2-4). Our **greedy** rows are plain argmax, without the anti-stuck rule.")
     if "gorila" in shown:
