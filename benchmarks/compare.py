@@ -173,10 +173,9 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
         lines.append(f"* **{SOURCE_TITLES[s]}**: {'; '.join(protocols)}. {' / '.join(citations)}.")
     if any(r.policy == "paper" for r in rows):
         lines.append("* Our **paper** protocol is the BA3C authors' evaluation (argmax, a random action with probability "
-                     "0.001, action 1 (FIRE) at 30 identical choices in a row, episodes capped at 40,000 agent "
-                     "steps) on our "
-                     "environment (ALE, frameskip 4, no sticky actions); they played gym's *-v0 games (sticky actions "
-                     "0.25, frameskip 2-4). Our **greedy** rows are plain argmax, without the anti-stuck rule.")
+                     "0.001, action 1 (FIRE) at 30 identical choices in a row, episodes capped at 40,000 agent steps) "
+                     "on our environment (ALE, frameskip 4, no sticky actions); they played gym's *-v0 games (sticky "
+                     "actions 0.25, frameskip 2-4). Our **greedy** rows are plain argmax, without the anti-stuck rule.")
     if "gorila" in shown:
         lines.append("* Gorila's numbers are from its human-starts evaluation (episodes start from states "
                      "sampled from human play), a harder protocol than our no-op starts.")
