@@ -79,8 +79,10 @@ class RunConfig:
     hang_timeout_min: float = _f(10.0, "abort the job if no update completes for this many minutes (a lost or stuck rank)")
     eval_every_frames: int = _f(0, "evaluate on rank 0 every this many frames, in a background thread (0: off)")
     eval_episodes: int = _f(10, "episodes per periodic evaluation")
-    eval_policy: str = _f("greedy", "periodic evaluation policy: greedy (paper), sampled, egreedy (0.05, DQN/Gorila)",
-                          choices=("greedy", "sampled", "egreedy"))
+    eval_policy: str = _f("paper", "periodic evaluation protocol: paper (the BA3C authors': argmax, random action "
+                          "with probability 0.001, action 1 (FIRE) at 30 identical choices in a row, episodes "
+                          "capped at 40,000 agent steps), greedy (plain argmax, capped at --max-episode-frames), "
+                          "sampled, egreedy (0.05, DQN/Gorila)", choices=("paper", "greedy", "sampled", "egreedy"))
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")

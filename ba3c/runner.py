@@ -216,8 +216,9 @@ class Trainer:
     def _evaluate(self, model, updates: int) -> dict[str, Any]:
         """The periodic evaluation, run by the evaluation thread on a snapshot of the weights."""
         r = self.cfg.run
+        cap = None if r.eval_policy == "paper" else self.cfg.sim.max_episode_frames  # None: the paper's own cap
         return evaluate_model(model, self.spec, r.eval_episodes, r.eval_policy, num_envs=min(r.eval_episodes, 16),
-                              max_episode_frames=self.cfg.sim.max_episode_frames, seed=10_000 + updates, num_threads=1)
+                              max_episode_frames=cap, seed=10_000 + updates, num_threads=1)
 
     def _save_checkpoint(self) -> None:
         assert self.report is not None

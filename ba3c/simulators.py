@@ -8,6 +8,7 @@ Rewards returned are the raw game rewards; the experience stage clips them for l
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ class EnvSpec:
 
     @property
     def frames_per_step(self) -> int:
-        return 4 if self.kind == "atari" else 1  # ALE frameskip
+        return ATARI.frameskip if self.kind == "atari" else 1
 
 
 @dataclass
@@ -86,8 +87,27 @@ def resolve_env(name: str) -> EnvSpec:
     raise UnknownEnvError(f"--env: unknown game or environment '{name}'.{hint}")
 
 
-# AtariVectorEnv's default preprocessing: 4 stacked 84x84 grey frames (uint8).
-ATARI_OBS_SHAPE = (4, 84, 84)
+@dataclass(frozen=True)
+class AtariSettings:
+    """The ALE settings of every Atari simulator here, training and evaluation alike (AtariVectorEnv's
+    keyword arguments): its defaults, the usual "ALE v5 without sticky actions" preprocessing. Passed
+    explicitly so that evaluation records can state what was played."""
+
+    frameskip: int = 4                        # agent steps repeat the action for 4 emulator frames
+    repeat_action_probability: float = 0.0    # no sticky actions
+    full_action_space: bool = False           # the game's minimal action set
+    noop_max: int = 30                        # episodes start after 0-30 random no-ops
+    use_fire_reset: bool = True               # FIRE at each episode start (not after a lost life)
+    episodic_life: bool = False               # an episode is a whole game
+    maxpool: bool = True                      # max over the last two frames of each step
+    grayscale: bool = True
+    stack_num: int = 4
+    img_height: int = 84
+    img_width: int = 84
+
+
+ATARI = AtariSettings()
+ATARI_OBS_SHAPE = (ATARI.stack_num, ATARI.img_height, ATARI.img_width)  # stacked grey frames, uint8
 
 
 @dataclass(frozen=True)
@@ -123,7 +143,7 @@ class AtariSimulator:
         self.num_envs, self.predict_batch = num_envs, predict_batch
         self._env = AtariVectorEnv(spec.name, num_envs, batch_size=predict_batch, num_threads=num_threads,
                                    max_num_frames_per_episode=max_episode_frames, reward_clipping=False,
-                                   autoreset_mode="NextStep")
+                                   autoreset_mode="NextStep", **dataclasses.asdict(ATARI))
         self.obs_shape = tuple(self._env.single_observation_space.shape)
         self.obs_dtype = np.dtype(np.uint8)
         self.num_actions = int(self._env.single_action_space.n)
@@ -201,6 +221,20 @@ class GymSimulator:
     def close(self) -> None:
         for e in self._envs:
             e.close()
+
+
+def action_names(spec: EnvSpec) -> list[str] | None:
+    """The names of the simulator's actions in index order (Atari: ALE's minimal action set, e.g.
+    NOOP, FIRE, RIGHT, LEFT for Breakout); None where the environment does not name them."""
+    if spec.kind != "atari":
+        return None
+    from ale_py import ALEInterface, LoggerMode, roms
+
+    ALEInterface.setLoggerMode(LoggerMode.Error)  # no banner on stdout
+    ale = ALEInterface()
+    ale.loadROM(roms.get_rom_path(spec.name))
+    actions = ale.getLegalActionSet() if ATARI.full_action_space else ale.getMinimalActionSet()
+    return [a.name for a in actions]
 
 
 def make_simulator(spec: EnvSpec, num_envs: int, predict_batch: int, num_threads: int,

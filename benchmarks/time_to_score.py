@@ -4,9 +4,9 @@
     python -m benchmarks.time_to_score --env breakout --resume --run-dir runs/X   # continue a stopped run
 
 Runs `python -m ba3c.train` as a child process and follows its CSVs. `--criterion eval`
-(default): the trainer evaluates the greedy policy every `--eval-every-frames` (the paper's
-protocol, `--eval-episodes` episodes, eval.csv) and the target is met when an evaluation mean
-reaches it. `--criterion train20`: the mean training return of the last 20 episodes (sampled
+(default): the trainer evaluates its policy every `--eval-every-frames` (by default with the
+paper's protocol, `--eval-episodes` episodes, eval.csv, whose `policy` column names the protocol)
+and the target is met when an evaluation mean reaches it. `--criterion train20`: the mean training return of the last 20 episodes (sampled
 policy, progress.csv). The child is stopped with SIGTERM (it checkpoints first) at the target or
 when the time budget is spent. Writes benchmarks/results/time_to_score-GAME[-TAG].json, the curve
 PNG and the run's config. Core-hours are the CPU seconds all ranks used (progress.csv's cpu_s), so
@@ -37,7 +37,7 @@ class Criterion:
     metric: str
 
 
-CRITERIA = {"eval": Criterion("eval.csv", "score_mean", "greedy evaluation mean"),
+CRITERIA = {"eval": Criterion("eval.csv", "score_mean", "periodic evaluation mean (eval.csv; protocol in its policy column)"),
             "train20": Criterion("progress.csv", "return_mean20",
                                  "mean training return of the last 20 episodes (sampled policy)")}
 
@@ -84,7 +84,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
     p.add_argument("--out-dir", default=harness.RESULTS)
     p.add_argument("--nice", type=int, default=0, help="run the trainer at this niceness")
     p.add_argument("--criterion", choices=tuple(CRITERIA), default="eval",
-                   help="eval: greedy evaluation mean (paper); train20: training return, last 20 episodes")
+                   help="eval: periodic evaluation mean (paper protocol unless --eval-policy is passed on); "
+                        "train20: training return, last 20 episodes")
     p.add_argument("--eval-every-frames", type=int, default=500_000)
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its checkpoint")
