@@ -76,7 +76,7 @@ class RunConfig:
     resume: str = _f("", "continue the run in this directory from its newest checkpoint")
     preset: str = _f("default", "optimizer preset: default (tuned here) or paper (arXiv 1801.02852)", choices=("default", "paper"))
     max_minutes: float = _f(0.0, "stop cleanly (checkpoint, exit 0) after this many minutes of training (0: no limit)")
-    hang_timeout_min: float = _f(10.0, "abort the job if no update completes for this many minutes (a lost or stuck rank)")
+    hang_timeout_min: float = _f(10.0, "with 2+ ranks: abort the job if no update completes for this many minutes (a lost or stuck rank)")
     eval_every_frames: int = _f(0, "evaluate on rank 0 every this many frames, in a background thread (0: off)")
     eval_episodes: int = _f(10, "episodes per periodic evaluation")
     eval_policy: str = _f("paper", "periodic evaluation protocol: paper (the BA3C authors': argmax, random action "

@@ -163,7 +163,10 @@ class Trainer:
         if self.evaluator is not None:
             self.evaluator.start()
         self.sim_thread.start()
-        self.watchdog.start()
+        if self.dist.size > 1:
+            # It guards the allreduce (a lost or stuck rank). One process has none, and its start-up
+            # (thousands of emulators in a rehearsal, on a loaded machine) may outlast any timeout.
+            self.watchdog.start()
 
     def _last_update(self) -> bool:
         return self.state.updates == self.total_updates
