@@ -1,7 +1,7 @@
 """The communication model checked over a real network stack: a cluster of network namespaces in this box.
 
     sudo python -m benchmarks.shaped_links [--ranks 2,4,8] [--rates-gbit 0.1,1,10] [--reps 10]
-                                           [--backends mpi,horovod] [--quick] [--out DIR]
+            [--transports default,eager,ring,ring+eager] [--backends mpi,horovod] [--quick] [--out DIR]
 
 Needs root, iproute2 (`ip`, `tc`) and `unshare`. No training: ranks that only exchange the Nature
 CNN's gradient (benchmarks/exchange_probe.py, the trainer's own calls) over Open MPI's TCP transport.
@@ -16,16 +16,19 @@ exchange with `--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include <cluste
 shared memory and no loopback can carry the gradient. Recorded per run, as evidence: the bytes
 each tbf qdisc passed against its interface's, tbf overlimits and drops, and per rank the bytes
 its interface and its loopback carried during the timed exchanges; and each rank's host name.
+There is no added latency (netem is not available); the model takes published latencies.
 
-Points. For each rank count: one run with no qdisc (what the CPUs and the kernel's TCP stack
-alone allow: on 2 cores, 8 ranks are CPU-bound) and one per link rate. A point is judged
-link-bound when the unshaped exchange took at most LINK_BOUND_MAX_CPU_SHARE of the shaped one;
-the model is judged only there, and the other points are reported as CPU-bound.
+Points. For each rank count, each transport variant (Open MPI's defaults, and variants that
+isolate why they differ from the model: see `transport_mca`): one run with no qdisc (what the
+CPUs and the kernel's TCP stack alone allow: on 2 cores, 8 ranks are CPU-bound) and one per link
+rate. A point is judged link-bound when the unshaped exchange took at most
+LINK_BOUND_MAX_CPU_SHARE of the shaped one; the model is judged only there, and the other points
+are reported as CPU-bound.
 
 The model (benchmarks/scaling_model.py, labelled modelled): the communication term
 2(r-1)/r x bytes / bandwidth + 2(r-1) x latency, with
 * `projected`: bandwidth 0.8 x line rate, the scaling model's convention for its networks, and
-  the latency published for that interconnect (PUBLISHED_LATENCY; the box's links add none);
+  the latency published for that interconnect (PUBLISHED_LATENCY);
 * `framing`: bandwidth = TCP payload rate after the headers tbf counts (1448 of 1514 bytes);
 * `fitted`: a + x / efficiency fitted to the link-bound points (labelled fitted).
 Its error per point is (predicted - measured) / measured, against the median of --reps exchanges.
@@ -284,20 +287,29 @@ class Settings:
     timeout_s: float
 
 
-def transport_mca(transport: str, nbytes: int) -> list[str]:
-    """Open MPI settings of a transport variant (on top of pml ob1 + btl tcp,self on the cluster subnet).
+TRANSPORT_PARTS = ("default", "eager", "ring")
 
-    default: Open MPI's own (what the trainer gets). eager: the TCP BTL's eager limit (and fragment
-    size) raised above the message, so a large message is sent at once instead of by rendezvous,
-    whose acknowledgement waits behind the other direction's data on the pair's single TCP connection.
+
+def transport_mca(transport: str, nbytes: int) -> list[str]:
+    """Open MPI settings of a transport variant, parts joined by '+' (on top of pml ob1 + btl tcp,self).
+
+    default: Open MPI's own choices (what the trainer gets). eager: the TCP BTL's eager limit (and
+    fragment size) above the message, so a large message goes at once instead of by rendezvous, whose
+    acknowledgement can wait behind the opposite direction's data on the pair's single TCP connection.
+    ring: the ring allreduce (coll tuned algorithm 4), the algorithm the model describes, instead of
+    Open MPI's default choice for this size.
     """
-    if transport == "default":
-        return []
-    if transport == "eager":
-        limit = str(1 << (int(nbytes) + 65536 - 1).bit_length())  # a power of two above message + headers
-        return ["--mca", "btl_tcp_eager_limit", limit, "--mca", "btl_tcp_rndv_eager_limit", limit,
-                "--mca", "btl_tcp_max_send_size", limit]
-    raise ValueError(f"unknown transport '{transport}' (default, eager)")
+    mca: list[str] = []
+    for part in transport.split("+"):
+        if part == "eager":
+            limit = str(1 << (int(nbytes) + 65536 - 1).bit_length())  # a power of two above message + headers
+            mca += ["--mca", "btl_tcp_eager_limit", limit, "--mca", "btl_tcp_rndv_eager_limit", limit,
+                    "--mca", "btl_tcp_max_send_size", limit]
+        elif part == "ring":
+            mca += ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm", "4"]
+        elif part != "default":
+            raise ValueError(f"unknown transport '{transport}' (parts: {', '.join(TRANSPORT_PARTS)}, joined by +)")
+    return mca
 
 
 def mpirun_command(topo: Topology, agent: str, hostfile: str, out: str, s: Settings, transport: str = "default") -> list[str]:
@@ -534,8 +546,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", default="2,4,8")
     p.add_argument("--rates-gbit", default="0.1,1,10", help="link rates (Gbit/s); an unshaped run is always added")
-    p.add_argument("--transports", default="default,eager",
-                   help="Open MPI TCP settings: default (Open MPI's), eager (eager limit above the message)")
+    p.add_argument("--transports", default="default,eager,ring,ring+eager",
+                   help="Open MPI variants, parts joined by +: default (Open MPI's own), eager (TCP eager limit above "
+                        "the message: no rendezvous), ring (the ring allreduce the model describes)")
     p.add_argument("--reps", type=int, default=10, help="timed exchanges per backend and point (after --warmup)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--backends", default="mpi", help="comma list: mpi (mpi4py Allreduce), horovod (grouped_allreduce)")

@@ -61,8 +61,11 @@ def test_transport_and_tbf_settings():
     mca = sl.transport_mca("eager", 6_750_876)
     limit = int(mca[mca.index("btl_tcp_eager_limit") + 1])
     assert limit >= 6_750_876 + 65536 and limit & (limit - 1) == 0
+    ring = sl.transport_mca("ring", 6_750_876)
+    assert ring[ring.index("coll_tuned_allreduce_algorithm") + 1] == "4"
+    assert sl.transport_mca("ring+eager", 6_750_876) == ring + mca
     with pytest.raises(ValueError):
-        sl.transport_mca("fast", 1)
+        sl.transport_mca("ring+fast", 1)
     burst, limit = sl.tbf_sizes(1e9)
     assert burst >= 64 * 1024 and limit >= burst
 
