@@ -178,9 +178,9 @@ class Topology:
         return f"{SUBNET}.{i + 1}"
 
     def shaped(self) -> list[tuple[str, str, str]]:
-        """(namespace, interface, direction) of every qdisc: up = the node sends, down = it receives."""
-        return ([(self.node(i), self.node_if(i), "up") for i in range(self.ranks)]
-                + [(self.hub, self.hub_if(i), "down") for i in range(self.ranks)])
+        """(namespace, interface, name) of every qdisc: n<i>:up shapes what node i sends, n<i>:down what it receives."""
+        return ([(self.node(i), self.node_if(i), f"n{i}:up") for i in range(self.ranks)]
+                + [(self.hub, self.hub_if(i), f"n{i}:down") for i in range(self.ranks)])
 
 
 class Cluster:
@@ -234,16 +234,16 @@ class Cluster:
         self.rate_bps = rate_bps
 
     def counters(self) -> dict[str, dict[str, int]]:
-        """Per shaped interface: its tx bytes, and its qdisc's bytes, packets, drops and overlimits."""
+        """Per shaped interface: its tx bytes, and its qdisc's bytes, drops and overlimits."""
         out = {}
-        for ns, dev, direction in self.topo.shaped():
+        for ns, dev, name in self.topo.shaped():
             link = json.loads(sh("ip", "-n", ns, "-s", "-j", "link", "show", "dev", dev).stdout)[0]
             c = {"tx_bytes": int(link["stats64"]["tx"]["bytes"])}
             for q in json.loads(sh("tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev).stdout):
                 if q.get("kind") == "tbf":
-                    c.update(qdisc_bytes=int(q["bytes"]), qdisc_packets=int(q["packets"]),
-                             qdisc_drops=int(q["drops"]), qdisc_overlimits=int(q["overlimits"]))
-            out[f"{ns}:{dev}:{direction}"] = c
+                    c.update(qdisc_bytes=int(q["bytes"]), qdisc_drops=int(q["drops"]),
+                             qdisc_overlimits=int(q["overlimits"]))
+            out[name] = c
         return out
 
     def close(self) -> None:
@@ -312,9 +312,14 @@ def transport_mca(transport: str, nbytes: int) -> list[str]:
     return mca
 
 
+def message_bytes(s: Settings) -> int:
+    """The largest message any backend sends (horovod always sends the CNN's gradient)."""
+    return 4 * max(s.floats, sm.MODEL_FLOATS if "horovod" in s.backends else 0)
+
+
 def mpirun_command(topo: Topology, agent: str, hostfile: str, out: str, s: Settings, transport: str = "default") -> list[str]:
     subnet = f"{SUBNET}.0/24"
-    nbytes = 4 * max(s.floats, sm.MODEL_FLOATS if "horovod" in s.backends else 0)
+    nbytes = message_bytes(s)
     mpirun = ["mpirun", "--hostfile", hostfile, "-np", str(topo.ranks), "--map-by", "node", "--bind-to", "none",
               "--prtemca", "plm_ssh_agent", agent, "--prtemca", "oob_tcp_if_include", subnet,
               "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", subnet,
@@ -343,6 +348,7 @@ def run_exchange(cluster: Cluster, workdir: str, s: Settings, transport: str) ->
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     res: dict[str, Any] = {"ranks": topo.ranks, "rate_bps": cluster.rate_bps, "transport": transport,
+                           "mca": transport_mca(transport, message_bytes(s)),
                            "tbf": None if cluster.rate_bps is None else dict(zip(("burst", "limit"), tbf_sizes(cluster.rate_bps))),
                            "returncode": proc.returncode,
                            "wall_s": time.time() - t0, "command": " ".join(cmd)}
@@ -523,8 +529,8 @@ def plot(a: dict[str, Any], path: str, title: str) -> None:
         ax1.set_title(f"{group}: measured vs modelled", fontsize=9)
         ax2.set_title(f"{group}: model error (filled: link-bound, judged)", fontsize=9)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
+    fig.savefig(path, dpi=55)
     plt.close(fig)
 
 
@@ -558,6 +564,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="2 ranks, 100,000 floats, 1 Gbit/s, default transport, mpi only, 3 reps (smoke test)")
     p.add_argument("--out", default=harness.RESULTS)
     p.add_argument("--name", default="shaped_links")
+    p.add_argument("--analyze-only", default="", help="re-analyse and re-plot a saved JSON instead of measuring")
     p.add_argument("--fail-after-runs", type=int, default=-1, help=argparse.SUPPRESS)  # tests: a failure mid-run
     args = p.parse_args(argv)
     if args.quick:
@@ -584,6 +591,8 @@ def measure(args: argparse.Namespace, data: dict[str, Any], save: Callable[[], N
                             raise RuntimeError("--fail-after-runs: failing on purpose (cleanup test)")
                         print(f"shaped_links: {ranks} ranks, {_rate(rate)}, {transport} transport ...", flush=True)
                         run = run_exchange(cluster, workdir, s, transport)
+                        data.setdefault("command_example", run.pop("command"))  # the others differ in -np and mca
+                        run.pop("command", None)
                         data["runs"].append(run)
                         save()
                         if run.get("error"):
@@ -599,25 +608,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # unwind like Ctrl-C: every `finally` (the cleanup) runs
         signal.signal(sig, lambda n, _f: sys.exit(128 + n))
-    why = preflight()
-    if why:
-        print(f"shaped_links: {why}", file=sys.stderr)
-        return 2
-    stale = remove_stale()
-    if stale:
-        print(f"shaped_links: removed namespaces left by dead runs: {stale}")
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, f"{args.name}.json")
-    data: dict[str, Any] = {"machine": harness.machine(), "date": harness.now(), "tag": f"{NAME_PREFIX}{os.getpid()}",
-                            "config": {k: v for k, v in vars(args).items() if k not in ("out", "fail_after_runs")},
-                            "mtu": MTU, "runs": []}
+    if args.analyze_only:
+        with open(args.analyze_only) as fh:
+            data = json.load(fh)
+    else:
+        why = preflight()
+        if why:
+            print(f"shaped_links: {why}", file=sys.stderr)
+            return 2
+        stale = remove_stale()
+        if stale:
+            print(f"shaped_links: removed namespaces left by dead runs: {stale}")
+        data = {"machine": harness.machine(), "date": harness.now(), "tag": f"{NAME_PREFIX}{os.getpid()}",
+                "config": {k: v for k, v in vars(args).items() if k not in ("out", "fail_after_runs", "analyze_only")},
+                "mtu": MTU, "runs": []}
 
     def save() -> None:
         with open(json_path, "w") as fh:
             json.dump(data, fh, indent=1)
 
-    measure(args, data, save)
-    data["machine_after"] = harness.machine()
+    if not args.analyze_only:
+        measure(args, data, save)
+        data["machine_after"] = harness.machine()
     data["analysis"] = analyze(data["runs"])
     save()
     try:
