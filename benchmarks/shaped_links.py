@@ -132,15 +132,22 @@ def remove_namespaces(names: Sequence[str]) -> list[str]:
     return [ns for ns in names if ns in left]
 
 
+def _dead_run(name: str) -> bool:
+    """`name` belongs to a run (ba3c-sl<pid>-...) whose process no longer exists."""
+    m = re.match(rf"{NAME_PREFIX}(\d+)-", name)
+    return bool(m) and not os.path.exists(f"/proc/{m.group(1)}")
+
+
 def remove_stale() -> list[str]:
-    """Namespaces of earlier runs whose process is gone (e.g. SIGKILLed): removed; returned."""
-    stale = []
-    for ns in our_namespaces(NAME_PREFIX):
-        m = re.match(rf"{NAME_PREFIX}(\d+)-", ns)
-        if m and not os.path.exists(f"/proc/{m.group(1)}"):
-            stale.append(ns)
+    """Namespaces and temporary directories of earlier runs whose process is gone (e.g. SIGKILLed):
+    removed; returned."""
+    stale = [ns for ns in our_namespaces(NAME_PREFIX) if _dead_run(ns)]
     if stale:
         remove_namespaces(stale)
+    tmp = tempfile.gettempdir()
+    for d in (d for d in os.listdir(tmp) if _dead_run(d) and os.path.isdir(os.path.join(tmp, d))):
+        shutil.rmtree(os.path.join(tmp, d), ignore_errors=True)
+        stale.append(os.path.join(tmp, d))
     return stale
 
 

@@ -190,6 +190,28 @@ def test_signal_mid_exchange_cleans_up(tmp_path, sig):
     assert _leftovers(p.pid) == []
 
 
+@needs_root
+def test_leftovers_of_a_dead_run_are_removed_and_a_live_runs_kept(tmp_path):
+    import tempfile
+
+    with open("/proc/sys/kernel/pid_max") as fh:
+        dead = f"{sl.NAME_PREFIX}{int(fh.read())}"  # pid_max itself is never a pid
+    live = f"{sl.NAME_PREFIX}{os.getpid()}"
+    dead_dir = os.path.join(tempfile.gettempdir(), f"{dead}-test")
+    try:
+        for ns in (f"{dead}-n0", f"{live}-n0"):
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        os.makedirs(dead_dir)
+        removed = sl.remove_stale()
+        assert f"{dead}-n0" in removed and dead_dir in removed
+        assert sl.our_namespaces(dead + "-") == [] and not os.path.exists(dead_dir)
+        assert sl.our_namespaces(live + "-") == [f"{live}-n0"]  # a running process's: left alone
+    finally:
+        for ns in (f"{dead}-n0", f"{live}-n0"):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree(dead_dir, ignore_errors=True)
+
+
 def _cmdlines(tag: str) -> list[str]:
     out = []
     for p in os.listdir("/proc"):
