@@ -5,6 +5,8 @@ weights) and by `python -m ba3c.evaluate` (on a checkpoint).
 Scores are the raw (unclipped) game scores of complete games (no life-loss episodes), with the
 simulators' standard Atari settings: up to 30 no-op starts, frameskip 4, no sticky actions, the
 minimal action set, and an episode cap (`max_episode_frames`, default 108,000 = 30 minutes).
+A policy trained with `--life-loss terminal` never had to press FIRE after a lost life (the
+simulator did), so it is evaluated the same way (`fire_after_life_loss`, recorded in the protocol).
 
 Which episodes are counted: environment i of E is given a fixed quota of episodes up front
 (quotas differ by at most one and sum to `episodes`) and its first `quota` episodes are the ones
@@ -24,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ba3c.checkpoint import Checkpoint, assign_arrays
+from ba3c.config import Config, saved_config
 from ba3c.simulators import EnvSpec, Simulator
 from ba3c.workers import cores_available
 
@@ -150,11 +153,12 @@ def _check_options(episodes: int, num_envs: int, epsilon: float, max_episode_fra
         raise EvalError(f"--policy '{policy}' is not one of {', '.join(POLICIES)}")
 
 
-def _open_simulator(model, spec: EnvSpec, n: int, num_threads: int, max_episode_frames: int) -> Simulator:
+def _open_simulator(model, spec: EnvSpec, n: int, num_threads: int, max_episode_frames: int,
+                   fire_after_life_loss: bool) -> Simulator:
     """n synchronous simulators (every step answers all of them) that fit the model's input and output."""
     from ba3c.simulators import make_simulator
 
-    sim = make_simulator(spec, n, n, min(num_threads or cores_available(), n), max_episode_frames)
+    sim = make_simulator(spec, n, n, min(num_threads or cores_available(), n), max_episode_frames, fire_after_life_loss)
     want = (tuple(model.inputs[0].shape[1:]), int(model.outputs[0].shape[-1]))
     if want != (sim.obs_shape, sim.num_actions):
         sim.close()
@@ -165,19 +169,21 @@ def _open_simulator(model, spec: EnvSpec, n: int, num_threads: int, max_episode_
 
 def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "greedy", *, epsilon: float = 0.05,
                    num_envs: int = 16, max_episode_frames: int = STANDARD_MAX_EPISODE_FRAMES, seed: int = 0,
-                   record_path: str | None = None, num_threads: int = 0) -> dict[str, Any]:
+                   record_path: str | None = None, num_threads: int = 0,
+                   fire_after_life_loss: bool = False) -> dict[str, Any]:
     """Play `episodes` complete episodes with `model` (a keras model: obs -> (logits, value)); return scores.
 
     Uses a synchronous vector of min(num_envs, episodes) simulators with unclipped rewards.
     `record_path`: write environment 0's first episode as a GIF (image observations only).
     `max_episode_frames` caps Atari episodes (counted as truncated); gymnasium environments keep
-    their own time limit. `num_threads` 0: the cores available.
+    their own time limit. `num_threads` 0: the cores available. `fire_after_life_loss`: Atari
+    simulators press FIRE for the policy after a lost life (as `--life-loss terminal` trains).
     """
     from ba3c.predictor import Predictor
 
     _check_options(episodes, num_envs, epsilon, max_episode_frames, policy)
     quotas = episode_quotas(episodes, num_envs)
-    sim = _open_simulator(model, spec, len(quotas), num_threads, max_episode_frames)
+    sim = _open_simulator(model, spec, len(quotas), num_threads, max_episode_frames, fire_after_life_loss)
     if record_path and len(sim.obs_shape) != 3:  # not worth failing the evaluation over
         print(f"ba3c.evaluate: not recording: --record needs image observations, {spec.kind}:{spec.name} has "
               f"vector observations of shape {sim.obs_shape}", file=sys.stderr, flush=True)
@@ -195,7 +201,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "greedy", 
         "score": summarize(scores), "length_steps": summarize(lengths),
         "length_frames": summarize([x * spec.frames_per_step for x in lengths]),
         "truncated_episodes": sum(g[4] for g in games.results), "scores": scores, "lengths_steps": lengths,
-        "protocol": protocol(spec, policy, epsilon, episodes, len(quotas), max_episode_frames),
+        "protocol": protocol(spec, policy, epsilon, episodes, len(quotas), max_episode_frames, fire_after_life_loss),
         "seed": seed, "eval_wall_s": round(time.perf_counter() - t0, 3), "recording": None,
     }
     if record_path and games.frames:
@@ -206,7 +212,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "greedy", 
 
 
 def protocol(spec: EnvSpec, policy: str, epsilon: float, episodes: int, num_envs: int,
-             max_episode_frames: int) -> dict[str, Any]:
+             max_episode_frames: int, fire_after_life_loss: bool = False) -> dict[str, Any]:
     """What a reader needs to compare our number with a published one."""
     p: dict[str, Any] = {"policy": POLICY_PROTOCOL[policy] + (f" (epsilon={epsilon})" if policy == "egreedy" else ""),
                          "episodes": episodes, "parallel_envs": num_envs, "reward": "raw game score, unclipped",
@@ -214,7 +220,9 @@ def protocol(spec: EnvSpec, policy: str, epsilon: float, episodes: int, num_envs
     if spec.kind == "atari":
         # AtariVectorEnv defaults as used by ba3c.simulators (not overridden there).
         p.update(starts="up to 30 no-op actions", frameskip=4, sticky_actions=0.0, action_set="minimal",
-                 episode="full game (no life-loss termination)", max_episode_frames=max_episode_frames)
+                 episode="full game (no life-loss termination)", max_episode_frames=max_episode_frames,
+                 fire_after_life_loss=("FIRE pressed for the policy after each lost life (games with FIRE)"
+                                       if fire_after_life_loss else "no (the policy presses FIRE itself)"))
     else:
         p.update(episode="gymnasium's own termination and time limit")
     return p
@@ -222,9 +230,8 @@ def protocol(spec: EnvSpec, policy: str, epsilon: float, episodes: int, num_envs
 
 # ---------------------------------------------------------------- a model from a checkpoint
 
-def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, dict[str, Any]]:  # -> (keras model, spec, config dict)
+def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, Config]:  # -> (keras model, spec, its run's config)
     """Rebuild the network the checkpoint was trained with and load its weights (not the optimizer state)."""
-    from ba3c.config import config_from_dict
     from ba3c.model import build_model
     from ba3c.simulators import resolve_env
 
@@ -232,7 +239,7 @@ def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, dict[str, Any]]:
     missing = [k for k in ("config", "model", "num_actions", "obs_shape") if k not in meta]
     if missing:
         raise EvalError(f"checkpoint '{c.path}' lacks {', '.join(missing)} in its meta; it predates evaluation support")
-    cfg = config_from_dict(meta["config"])
+    cfg = saved_config(meta["config"])
     spec = resolve_env(cfg.sim.env)
     model = build_model(meta["model"], tuple(meta["obs_shape"]), int(meta["num_actions"]), seed=cfg.sim.seed)
     weights = model.weights
@@ -240,4 +247,4 @@ def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, dict[str, Any]]:
         assign_arrays(weights, c.arrays[:len(weights)], f"checkpoint '{c.path}' ({meta['model']} model)")
     except ValueError as e:
         raise EvalError(str(e)) from None
-    return model, spec, meta["config"]
+    return model, spec, cfg
