@@ -110,8 +110,11 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
     rows = []
     for ev in select(evals):
         pub = published.get(ev["game"], {})
-        cap = (ev.get("protocol") or {}).get("max_episode_frames")
-        note = f"cap {cap:,} frames" if cap is not None and cap != STANDARD_MAX_EPISODE_FRAMES else ""
+        proto = ev.get("protocol") or {}
+        cap = proto.get("max_episode_frames")
+        notes = [f"cap {cap:,} frames" if cap is not None and cap != STANDARD_MAX_EPISODE_FRAMES else "",
+                 "FIRE after a lost life" if str(proto.get("fire_after_life_loss", "")).startswith("FIRE") else ""]
+        note = ", ".join(n for n in notes if n)
         rows.append(Row(game=ev["game"], policy=policy_label(ev), protocol_note=note,
                         mean=float(ev["score"]["mean"]), std=float(ev["score"]["std"]),
                         episodes=int(ev["episodes"]), frames=ev.get("frames"),
