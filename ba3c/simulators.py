@@ -164,10 +164,14 @@ class AtariSimulator:
         return self._batch(self._guard(self._env.recv))
 
     def send(self, actions: np.ndarray) -> None:
+        self._guard(lambda: self._env.send(self._with_fire(actions)))
+
+    def _with_fire(self, actions: np.ndarray) -> np.ndarray:
+        """The actions to play: FIRE for the environments whose last observation lost a life, if asked."""
         a = actions.astype(np.int32, copy=False)
         if self._fire_now is not None and self._fire_now.any():
             a = np.where(self._fire_now, np.int32(self.fire_action), a).astype(np.int32)  # a new array: the caller's stays
-        self._guard(lambda: self._env.send(a))
+        return a
 
     def _guard(self, fn):  # type: ignore[no-untyped-def]
         try:
