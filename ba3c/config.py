@@ -21,6 +21,7 @@ CLIP_MODES = ("global", "avg")
 LR_SCALINGS = ("none", "linear", "sqrt")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
+LIFE_LOSS_MODES = ("ignore", "terminal")
 MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 
 
@@ -42,6 +43,10 @@ class SimConfig:
     env_threads: int = _f(0, "emulator threads per rank (0: one per core available to the rank)")
     max_episode_frames: int = _f(108_000, "episode cap in emulator frames (Atari; truncation, bootstrapped)")
     seed: int = _f(0, "base seed; rank r seeds its simulators with seed + r, every rank builds the same model")
+    life_loss: str = _f("ignore", "what a lost life means to the learner (Atari): ignore (returns run on to the game's "
+                        "end; the agent must press FIRE itself) or terminal (a lost life ends the bootstrapped "
+                        "return, and FIRE is pressed for the agent after it in games that have FIRE); episode "
+                        "statistics are per full game either way", choices=LIFE_LOSS_MODES)
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,10 @@ class Config:
 
 
 _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunConfig}
+
+# Options added after runs were saved, and the value a saved config that lacks one ran with (which
+# need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
+IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore"}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -285,3 +294,8 @@ def save_json(cfg: Config, path: str) -> None:
 
 def config_from_dict(data: dict[str, Any]) -> Config:
     return Config().replace(**_from_nested(data, "config"))
+
+
+def saved_config(data: dict[str, Any]) -> Config:
+    """The config a run saved (config.json, a checkpoint's meta), with the options it predates set to what it ran with."""
+    return Config().replace(**{**IMPLIED_BY_OLDER_CONFIGS, **_from_nested(data, "saved config")})

@@ -126,13 +126,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         threads = args.threads or cores_available()
         set_tensorflow_threads(threads)
         c = loaded.checkpoint
-        model, spec, _ = model_from_checkpoint(c)
+        model, spec, cfg = model_from_checkpoint(c)
         print(f"ba3c.evaluate: {spec.kind}:{spec.name} {c.meta['model']} from {c.path} "
               f"({int(c.meta.get('frames', 0)):,} frames, {int(c.meta.get('updates', 0)):,} updates); "
               f"{args.episodes} episodes, {args.policy} protocol", flush=True)
         result = evaluate_model(model, spec, args.episodes, args.policy, epsilon=args.epsilon,
                                 num_envs=args.num_envs, max_episode_frames=args.max_episode_frames, seed=args.seed,
-                                record_path=args.record or None, num_threads=threads)
+                                record_path=args.record or None, num_threads=threads,
+                                fire_after_life_loss=cfg.sim.life_loss == "terminal")  # as it trained
     except EvalError as e:
         print(f"ba3c.evaluate: error: {e}", file=sys.stderr)
         return 2

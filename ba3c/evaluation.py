@@ -15,6 +15,8 @@ A protocol (`PROTOCOLS`) says how actions are chosen and how long an episode may
   actions 0.25, frameskip drawn from 2-4); ours are the settings above, and the record says so.
 * greedy, sampled, egreedy: argmax, a draw from the policy, epsilon-greedy (DQN / Gorila), with
   no anti-stuck rule and a cap of 108,000 frames (30 minutes of play) unless told otherwise.
+A policy trained with `--life-loss terminal` never had to press FIRE after a lost life (the
+simulator did), so it is evaluated the same way (`fire_after_life_loss`, recorded in the protocol).
 
 Which episodes are counted: environment i of E is given a fixed quota of episodes up front
 (quotas differ by at most one and sum to `episodes`) and its first `quota` episodes are the ones
@@ -35,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ba3c.checkpoint import Checkpoint, assign_arrays
+from ba3c.config import Config, saved_config
 from ba3c.simulators import EnvSpec, Simulator
 from ba3c.workers import cores_available
 
@@ -255,11 +258,12 @@ def episode_cap_frames(protocol: Protocol, spec: EnvSpec, max_episode_frames: in
     return STANDARD_MAX_EPISODE_FRAMES
 
 
-def _open_simulator(model, spec: EnvSpec, n: int, num_threads: int, max_episode_frames: int) -> Simulator:
+def _open_simulator(model, spec: EnvSpec, n: int, num_threads: int, max_episode_frames: int,
+                   fire_after_life_loss: bool) -> Simulator:
     """n synchronous simulators (every step answers all of them) that fit the model's input and output."""
     from ba3c.simulators import make_simulator
 
-    sim = make_simulator(spec, n, n, min(num_threads or cores_available(), n), max_episode_frames)
+    sim = make_simulator(spec, n, n, min(num_threads or cores_available(), n), max_episode_frames, fire_after_life_loss)
     want = (tuple(model.inputs[0].shape[1:]), int(model.outputs[0].shape[-1]))
     if want != (sim.obs_shape, sim.num_actions):
         sim.close()
@@ -270,7 +274,8 @@ def _open_simulator(model, spec: EnvSpec, n: int, num_threads: int, max_episode_
 
 def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *, epsilon: float = 0.05,
                    num_envs: int = 16, max_episode_frames: int | None = None, seed: int = 0,
-                   record_path: str | None = None, num_threads: int = 0) -> dict[str, Any]:
+                   record_path: str | None = None, num_threads: int = 0,
+                   fire_after_life_loss: bool = False) -> dict[str, Any]:
     """Play `episodes` complete episodes with `model` (a keras model: obs -> (logits, value)) under the
     protocol named `policy` (PROTOCOLS); return scores and the protocol's record.
 
@@ -288,7 +293,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
     cap = episode_cap_frames(proto, spec, max_episode_frames)
     quotas = episode_quotas(episodes, num_envs)
     names = action_names(spec)
-    sim = _open_simulator(model, spec, len(quotas), num_threads, cap)
+    sim = _open_simulator(model, spec, len(quotas), num_threads, cap, fire_after_life_loss)
     anti_stuck = None
     if proto.stuck_repeats:
         if sim.num_actions <= proto.stuck_action:
@@ -319,7 +324,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
         "length_frames": summarize([x * spec.frames_per_step for x in lengths]),
         "truncated_episodes": sum(g.truncated for g in games.results), "scores": scores, "lengths_steps": lengths,
         "anti_stuck_replaced": [g.replaced for g in games.results] if anti_stuck is not None else None,
-        "protocol": protocol_record(spec, proto, epsilon, episodes, len(quotas), cap, names),
+        "protocol": protocol_record(spec, proto, epsilon, episodes, len(quotas), cap, names, fire_after_life_loss),
         "seed": seed, "eval_wall_s": round(time.perf_counter() - t0, 3), "recording": None,
     }
     if record_path and games.frames:
@@ -330,7 +335,8 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
 
 
 def protocol_record(spec: EnvSpec, proto: Protocol, epsilon: float, episodes: int, num_envs: int,
-                    max_episode_frames: int, names: list[str] | None) -> dict[str, Any]:
+                    max_episode_frames: int, names: list[str] | None,
+                    fire_after_life_loss: bool = False) -> dict[str, Any]:
     """What a reader needs to compare our number with a published one: the protocol and the environment played."""
     from importlib import metadata
 
@@ -353,6 +359,8 @@ def protocol_record(spec: EnvSpec, proto: Protocol, epsilon: float, episodes: in
     if spec.kind == "atari":
         p.update(max_episode_frames=max_episode_frames, max_episode_steps=max_episode_frames // spec.frames_per_step,
                  episode="full game (no life-loss termination)",
+                 fire_after_life_loss=("FIRE pressed for the policy after each lost life (games with FIRE)"
+                                       if fire_after_life_loss else "no (the policy presses FIRE itself)"),
                  environment={"simulator": "ale_py.vector_env.AtariVectorEnv", "ale_py": metadata.version("ale-py"),
                               "game": spec.name, **dataclasses.asdict(ATARI), "reward_clipping": False,
                               "actions": names})
@@ -387,9 +395,8 @@ def protocol_line(p: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------- a model from a checkpoint
 
-def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, dict[str, Any]]:  # -> (keras model, spec, config dict)
+def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, Config]:  # -> (keras model, spec, its run's config)
     """Rebuild the network the checkpoint was trained with and load its weights (not the optimizer state)."""
-    from ba3c.config import config_from_dict
     from ba3c.model import build_model
     from ba3c.simulators import resolve_env
 
@@ -397,7 +404,7 @@ def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, dict[str, Any]]:
     missing = [k for k in ("config", "model", "num_actions", "obs_shape") if k not in meta]
     if missing:
         raise EvalError(f"checkpoint '{c.path}' lacks {', '.join(missing)} in its meta; it predates evaluation support")
-    cfg = config_from_dict(meta["config"])
+    cfg = saved_config(meta["config"])
     spec = resolve_env(cfg.sim.env)
     model = build_model(meta["model"], tuple(meta["obs_shape"]), int(meta["num_actions"]), seed=cfg.sim.seed)
     weights = model.weights
@@ -405,4 +412,4 @@ def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, dict[str, Any]]:
         assign_arrays(weights, c.arrays[:len(weights)], f"checkpoint '{c.path}' ({meta['model']} model)")
     except ValueError as e:
         raise EvalError(str(e)) from None
-    return model, spec, meta["config"]
+    return model, spec, cfg

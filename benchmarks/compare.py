@@ -112,8 +112,10 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
         pub = published.get(ev["game"], {})
         proto = ev.get("protocol") or {}
         cap, steps = proto.get("max_episode_frames"), proto.get("max_episode_steps")
-        note = ("" if cap is None or cap == STANDARD_MAX_EPISODE_FRAMES
-                else f"cap {steps:,} agent steps" if steps else f"cap {cap:,} frames")
+        notes = ["" if cap is None or cap == STANDARD_MAX_EPISODE_FRAMES
+                 else f"cap {steps:,} agent steps" if steps else f"cap {cap:,} frames",
+                 "FIRE after a lost life" if str(proto.get("fire_after_life_loss", "")).startswith("FIRE") else ""]
+        note = ", ".join(n for n in notes if n)
         rows.append(Row(game=ev["game"], policy=policy_label(ev), protocol_note=note,
                         mean=float(ev["score"]["mean"]), std=float(ev["score"]["std"]),
                         episodes=int(ev["episodes"]), frames=ev.get("frames"),

@@ -203,7 +203,8 @@ def test_table_from_synthetic_evals(tmp_path):
     for name, data in {
         "pong-a/eval-greedy.json": fake_eval("pong", "greedy", 15.0, 1_000_000, "2026-11-01"),
         "pong-b/eval-greedy.json": fake_eval("pong", "greedy", 18.0, 2_000_000, "2026-11-02"),  # more frames: shown
-        "breakout/eval-egreedy.json": fake_eval("breakout", "egreedy", 120.0, 5_000_000, "2026-11-03"),
+        "breakout/eval-egreedy.json": fake_eval("breakout", "egreedy", 120.0, 5_000_000, "2026-11-03", protocol={
+            "max_episode_frames": 108_000, "fire_after_life_loss": "FIRE pressed for the policy after each lost life"}),
         "CartPole/eval-greedy.json": fake_eval("CartPole-v1", "greedy", 500.0, 3_000, "2026-11-03"),
         "pong-b/config.json": {"sim": {"env": "pong"}},  # not an evaluation: ignored
     }.items():
@@ -227,7 +228,7 @@ def test_table_from_synthetic_evals(tmp_path):
     cells = [c.strip() for c in pong_line.strip("|").split("|")]
     assert cells[:5] == ["Pong", "18.0 ± 1.5", "greedy", "50", "2.0M"]
     assert cells[7:11] == ["20.0", "16.7", "9.3", "-20.7"]
-    assert "| Breakout | 120.0 ± 1.5 | egreedy 0.05 |" in md
+    assert "| Breakout | 120.0 ± 1.5 | egreedy 0.05, FIRE after a lost life |" in md
     assert "arXiv:1507.04296" in md and "arXiv:1801.02852" in md and "Nature" in md
     assert (out / "scores.png").stat().st_size > 5000
     assert cmp.main([str(tmp_path / "empty-nothing")]) == 2
