@@ -269,22 +269,26 @@ def frames_at_batch(measured: Sequence[FramesToScore], batch: int) -> tuple[floa
         return None, "no batch measured"
     same = [m for m in pts if m.global_batch == batch]
     if same:
-        return (same[0].frames, "measured") if same[0].frames else (None, f"not reached at batch {batch}")
+        return (same[0].frames, "measured") if same[0].frames else (None, _not_reached(same[0]))
     lo = [m for m in pts if m.global_batch < batch]
     hi = [m for m in pts if m.global_batch > batch]
     if not hi:
         return None, f"beyond the largest measured batch ({pts[-1].global_batch})"
     up = hi[0]
     if not up.frames:
-        return None, f"not reached at batch {up.global_batch}"
+        return None, _not_reached(up)
     if not lo:
         return up.frames, f"assumed equal to batch {up.global_batch} (smallest measured)"
     down = lo[-1]
     if not down.frames:
-        return None, f"not reached at batch {down.global_batch}"
+        return None, _not_reached(down)
     w = (np.log(batch) - np.log(down.global_batch)) / (np.log(up.global_batch) - np.log(down.global_batch))
     return float(np.exp((1 - w) * np.log(down.frames) + w * np.log(up.frames))), \
         f"interpolated between batches {down.global_batch} and {up.global_batch}"
+
+
+def _not_reached(m: FramesToScore) -> str:
+    return f"not reached at batch {m.global_batch}" + (f" ({m.source})" if m.source else "")
 
 
 @dataclass(frozen=True)
