@@ -22,6 +22,7 @@ LR_SCALINGS = ("none", "linear", "sqrt")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
 GUARD_MODES = ("rollback", "warn")
+LIFE_LOSS_MODES = ("ignore", "terminal")
 MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 
 
@@ -43,6 +44,10 @@ class SimConfig:
     env_threads: int = _f(0, "emulator threads per rank (0: one per core available to the rank)")
     max_episode_frames: int = _f(108_000, "episode cap in emulator frames (Atari; truncation, bootstrapped)")
     seed: int = _f(0, "base seed; rank r seeds its simulators with seed + r, every rank builds the same model")
+    life_loss: str = _f("ignore", "what a lost life means to the learner (Atari): ignore (returns run on to the game's "
+                        "end; the agent must press FIRE itself) or terminal (a lost life ends the bootstrapped "
+                        "return, and FIRE is pressed for the agent after it in games that have FIRE); episode "
+                        "statistics are per full game either way", choices=LIFE_LOSS_MODES)
 
 
 @dataclass(frozen=True)
@@ -77,11 +82,13 @@ class RunConfig:
     resume: str = _f("", "continue the run in this directory from its newest checkpoint")
     preset: str = _f("default", "optimizer preset: default (tuned here) or paper (arXiv 1801.02852)", choices=("default", "paper"))
     max_minutes: float = _f(0.0, "stop cleanly (checkpoint, exit 0) after this many minutes of training (0: no limit)")
-    hang_timeout_min: float = _f(10.0, "abort the job if no update completes for this many minutes (a lost or stuck rank)")
+    hang_timeout_min: float = _f(10.0, "with 2+ ranks: abort the job if no update completes for this many minutes (a lost or stuck rank)")
     eval_every_frames: int = _f(0, "evaluate on rank 0 every this many frames, in a background thread (0: off)")
     eval_episodes: int = _f(10, "episodes per periodic evaluation")
-    eval_policy: str = _f("greedy", "periodic evaluation policy: greedy (paper), sampled, egreedy (0.05, DQN/Gorila)",
-                          choices=("greedy", "sampled", "egreedy"))
+    eval_policy: str = _f("paper", "periodic evaluation protocol: paper (the BA3C authors': argmax, random action "
+                          "with probability 0.001, action 1 (FIRE) at 30 identical choices in a row, episodes "
+                          "capped at 40,000 agent steps), greedy (plain argmax, capped at --max-episode-frames), "
+                          "sampled, egreedy (0.05, DQN/Gorila)", choices=("paper", "greedy", "sampled", "egreedy"))
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
@@ -133,6 +140,10 @@ class Config:
 
 
 _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunConfig}
+
+# Options added after runs were saved, and the value a saved config that lacks one ran with (which
+# need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
+IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore"}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -307,3 +318,8 @@ def save_json(cfg: Config, path: str) -> None:
 
 def config_from_dict(data: dict[str, Any]) -> Config:
     return Config().replace(**_from_nested(data, "config"))
+
+
+def saved_config(data: dict[str, Any]) -> Config:
+    """The config a run saved (config.json, a checkpoint's meta), with the options it predates set to what it ran with."""
+    return Config().replace(**{**IMPLIED_BY_OLDER_CONFIGS, **_from_nested(data, "saved config")})

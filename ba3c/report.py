@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from ba3c.config import Config, save_json
+from ba3c.evaluation import protocol_line
 from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, HEALTHY, SUSPECT, IntervalStats, Plan
 from ba3c.learner import StepStats
-from ba3c.rundir import RunWriter, now_iso, plot_curve
+from ba3c.rundir import EVAL_PROTOCOL_FILE, RunWriter, now_iso, plot_curve
 from ba3c.signals import EXIT_SIGNALLED
 from ba3c.state import RunState
 
@@ -145,14 +146,20 @@ class Reporter:
         print(f"ba3c: checkpoint {path}", flush=True)
 
     def evaluation(self, result: dict[str, Any], frames: int, updates: int, time_s: float) -> None:
-        """A periodic evaluation's result (called from the evaluation thread): eval.csv, eval/* scalars, a line."""
-        sc, policy = result["score"], self.run_cfg.eval_policy
-        self.writer.log_eval({"time_s": round(time_s, 2), "frames": frames, "updates": updates, "policy": policy,
+        """A periodic evaluation's result (called from the evaluation thread): a row of eval.csv (its protocol's
+        name, cap and truncated episodes), eval/* scalars, the protocol's full record in eval-protocol.json, a line."""
+        sc, proto = result["score"], result["protocol"]
+        self.writer.log_eval({"time_s": round(time_s, 2), "frames": frames, "updates": updates, "policy": proto["name"],
                               "episodes": result["episodes"], "score_mean": sc["mean"], "score_std": sc["std"],
                               "score_median": sc["median"], "score_min": sc["min"], "score_max": sc["max"],
-                              "length_mean": result["length_steps"]["mean"]}, frames)
-        print(f"ba3c: eval at {frames:,} frames: {policy} score {sc['mean']:.2f} +- {sc['std']:.2f} "
-              f"over {result['episodes']} episodes", flush=True)
+                              "length_mean": result["length_steps"]["mean"],
+                              "max_episode_steps": proto["max_episode_steps"] or "",
+                              "truncated_episodes": result["truncated_episodes"],
+                              "anti_stuck_replaced": "" if result["anti_stuck_replaced"] is None
+                              else sum(result["anti_stuck_replaced"])}, frames)
+        self.writer.write_json(EVAL_PROTOCOL_FILE, proto)
+        print(f"ba3c: eval at {frames:,} frames: score {sc['mean']:.2f} +- {sc['std']:.2f} over {result['episodes']} "
+              f"episodes ({result['truncated_episodes']} cut at the cap); {protocol_line(proto)}", flush=True)
 
     def finish(self, state: RunState, status: int, stopped_early: bool, sim_s: dict[str, float],
                learn_s: dict[str, float]) -> None:

@@ -15,8 +15,12 @@ from typing import Any
 
 from ba3c.files import atomic_write, write_json
 
+# policy: the evaluation protocol's name (ba3c.evaluation.PROTOCOLS); its full record is in EVAL_PROTOCOL_FILE.
+# max_episode_steps: its episode cap (empty: gymnasium's own limit); truncated_episodes: episodes cut there;
+# anti_stuck_replaced: actions the paper protocol's anti-stuck rule replaced (empty: no such rule).
 EVAL_FIELDS = ["time_s", "frames", "updates", "policy", "episodes", "score_mean", "score_std", "score_median",
-               "score_min", "score_max", "length_mean"]
+               "score_min", "score_max", "length_mean", "max_episode_steps", "truncated_episodes", "anti_stuck_replaced"]
+EVAL_PROTOCOL_FILE = "eval-protocol.json"  # the latest periodic evaluation's protocol record
 PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
                    "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",
                    "entropy", "grad_norm", "lr",
@@ -127,6 +131,8 @@ class RunWriter:
         path = os.path.join(self.run_dir, "eval.csv")
         with self._lock:
             new = not os.path.exists(path)
+            if not new:
+                _upgrade_header(path, EVAL_FIELDS)
             with open(path, "a", newline="") as fh:
                 w = csv.DictWriter(fh, fieldnames=EVAL_FIELDS, extrasaction="ignore")
                 if new:
@@ -152,6 +158,21 @@ class RunWriter:
             self._csv.close()
         self._tb.flush()
         self._tb.close()
+
+
+def _upgrade_header(path: str, fields: list[str]) -> None:
+    """Rewrite a CSV written with other columns (a run resumed after they changed) under `fields`: old rows
+    keep their values, new columns are empty there, so appended rows line up with the header."""
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames == fields:
+            return
+        rows = list(reader)
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write(path, text.getvalue())
 
 
 def base_meta(dist_name: str, world_size: int) -> dict[str, Any]:

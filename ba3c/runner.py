@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ba3c import checkpoint as ckpt
-from ba3c.config import Config, data_ranks, global_batch, scaled_lr
+from ba3c.config import IMPLIED_BY_OLDER_CONFIGS, Config, data_ranks, global_batch, scaled_lr
 from ba3c.dist import Dist
 from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
@@ -46,7 +46,7 @@ class RankStats(NamedTuple):
 
 def config_changes(old: dict[str, dict[str, Any]], new: Config) -> dict[str, list[Any]]:
     """Option -> [old value, new value] for every option a resume changes (the resume path aside)."""
-    before = {k: v for group in old.values() for k, v in group.items()}
+    before = {**IMPLIED_BY_OLDER_CONFIGS, **{k: v for group in old.values() for k, v in group.items()}}
     after = {k: v for group in new.to_dict().values() for k, v in group.items()}
     return {k: [before.get(k), v] for k, v in after.items() if before.get(k) != v and k != "resume"}
 
@@ -93,7 +93,8 @@ class Trainer:
         # ALE builds its emulators in one C++ call under the GIL (minutes for thousands of them)
         with self.flag.fatal_during_c_call() if self.spec.kind == "atari" else contextlib.nullcontext():
             self.sim = make_simulator(self.spec, s.num_envs * k, s.predict_batch * k,
-                                      s.env_threads or cores_available(), s.max_episode_frames)
+                                      s.env_threads or cores_available(), s.max_episode_frames,
+                                      fire_after_life_loss=s.life_loss == "terminal")
         self.model_kind = resolve_model_kind(l.model, self.sim.obs_shape)
         self.model = build_model(self.model_kind, self.sim.obs_shape, self.sim.num_actions, seed=s.seed)  # same init on every rank
         self.lr = scaled_lr(self.cfg, self.dist.size)
@@ -139,7 +140,7 @@ class Trainer:
         # a rehearsal's k ranks' simulators take the k consecutive blocks those ranks would have.
         env_seed = (s.seed + rank * k) * s.num_envs + self.state.updates * 7919
         exp = Experience(s.num_envs * k, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch * k,
-                         clip_rewards=self.spec.kind == "atari")
+                         clip_rewards=self.spec.kind == "atari", life_loss_terminal=s.life_loss == "terminal")
         learner = self.learner
         self.sim_thread = SimulationThread(sim, Predictor(self.model, sim.obs_shape, sim.obs_dtype), exp, rng,
                                            env_seed, r.queue_batches, policy_version=lambda: learner.updates)
@@ -177,7 +178,10 @@ class Trainer:
         if self.evaluator is not None:
             self.evaluator.start()
         self.sim_thread.start()
-        self.watchdog.start()
+        if self.dist.size > 1:
+            # It guards the allreduce (a lost or stuck rank). One process has none, and its start-up
+            # (thousands of emulators in a rehearsal, on a loaded machine) may outlast any timeout.
+            self.watchdog.start()
 
     def _last_update(self) -> bool:
         return self.state.updates == self.total_updates
@@ -272,8 +276,10 @@ class Trainer:
     def _evaluate(self, model, updates: int) -> dict[str, Any]:
         """The periodic evaluation, run by the evaluation thread on a snapshot of the weights."""
         r = self.cfg.run
+        cap = None if r.eval_policy == "paper" else self.cfg.sim.max_episode_frames  # None: the paper's own cap
         return evaluate_model(model, self.spec, r.eval_episodes, r.eval_policy, num_envs=min(r.eval_episodes, 16),
-                              max_episode_frames=self.cfg.sim.max_episode_frames, seed=10_000 + updates, num_threads=1)
+                              max_episode_frames=cap, seed=10_000 + updates, num_threads=1,
+                              fire_after_life_loss=self.cfg.sim.life_loss == "terminal")
 
     def _save_checkpoint(self, kept: bool = False) -> None:
         assert self.report is not None

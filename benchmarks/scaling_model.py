@@ -13,6 +13,8 @@ A node's rate on c cores (fitted, not assumed linear): Amdahl's law through meas
     speedup(c) = c / (1 + serial (c - 1)).
 Time to a score on N nodes (modelled): frames to the score at global batch N x b (measured at a few
 batches, interpolated log-log between them) / the projected frames/s at N nodes.
+A link of line rate R carries TCP payload at R x (mtu - 52) / (mtu + framing) with full-size
+segments (benchmarks/shaped_links.py measures allreduce over such links).
 """
 from __future__ import annotations
 
@@ -89,6 +91,40 @@ def t_allreduce(ranks: int, nbytes: float, fit: AllreduceFit) -> float:
         return 0.0  # the trainer skips the exchange with one rank
     return (fit.overhead_s + 2 * (ranks - 1) / ranks * nbytes / fit.bandwidth_bytes_per_s
             + 2 * (ranks - 1) * fit.latency_s)
+
+
+def ring_bytes_per_rank(ranks: int, nbytes: float) -> float:
+    """Bytes each rank sends (and receives) in a ring allreduce of `nbytes`: 2(r-1)/r x nbytes."""
+    return 2 * (ranks - 1) / ranks * nbytes if ranks > 1 else 0.0
+
+
+TCP_IP_HEADER_BYTES = 52  # IPv4 20 + TCP 20 + the timestamps option 12, in every segment
+QDISC_FRAMING_BYTES = 14  # the Ethernet header: what a Linux qdisc (tc tbf) counts besides the IP packet
+WIRE_FRAMING_BYTES = 38  # on a real Ethernet: header 14 + FCS 4 + preamble 8 + inter-frame gap 12
+
+
+def tcp_payload_bandwidth(line_bytes_per_s: float, mtu: int = 1500, framing_bytes: int = QDISC_FRAMING_BYTES) -> float:
+    """TCP payload bytes/s over a link of `line_bytes_per_s` with full-MTU segments."""
+    return line_bytes_per_s * (mtu - TCP_IP_HEADER_BYTES) / (mtu + framing_bytes)
+
+
+def fit_link_efficiency(samples: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least squares t = a + x / efficiency over (x, t) pairs, x the seconds at full line rate.
+
+    Returns (a, efficiency); None with fewer than 2 distinct x. A negative a is refitted as 0.
+    """
+    if len({x for x, _ in samples}) < 2:
+        return None
+    x, t = np.array([s[0] for s in samples]), np.array([s[1] for s in samples])
+    (a, k), *_ = np.linalg.lstsq(np.stack([np.ones_like(x), x], axis=1), t, rcond=None)
+    if a < 0:
+        a, k = 0.0, float(x @ t / (x @ x))
+    return float(a), 1.0 / float(k)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured: positive when the model is slower than what was measured."""
+    return (predicted - measured) / measured
 
 
 def predict_efficiency(ranks: int, t_compute: float, fit: AllreduceFit, floats: int = MODEL_FLOATS) -> float:
@@ -233,22 +269,26 @@ def frames_at_batch(measured: Sequence[FramesToScore], batch: int) -> tuple[floa
         return None, "no batch measured"
     same = [m for m in pts if m.global_batch == batch]
     if same:
-        return (same[0].frames, "measured") if same[0].frames else (None, f"not reached at batch {batch}")
+        return (same[0].frames, "measured") if same[0].frames else (None, _not_reached(same[0]))
     lo = [m for m in pts if m.global_batch < batch]
     hi = [m for m in pts if m.global_batch > batch]
     if not hi:
         return None, f"beyond the largest measured batch ({pts[-1].global_batch})"
     up = hi[0]
     if not up.frames:
-        return None, f"not reached at batch {up.global_batch}"
+        return None, _not_reached(up)
     if not lo:
         return up.frames, f"assumed equal to batch {up.global_batch} (smallest measured)"
     down = lo[-1]
     if not down.frames:
-        return None, f"not reached at batch {down.global_batch}"
+        return None, _not_reached(down)
     w = (np.log(batch) - np.log(down.global_batch)) / (np.log(up.global_batch) - np.log(down.global_batch))
     return float(np.exp((1 - w) * np.log(down.frames) + w * np.log(up.frames))), \
         f"interpolated between batches {down.global_batch} and {up.global_batch}"
+
+
+def _not_reached(m: FramesToScore) -> str:
+    return f"not reached at batch {m.global_batch}" + (f" ({m.source})" if m.source else "")
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,8 @@ BAD = [
     (["--queue-batches", "1000000000"], "--queue-batches"),
     (["--rehearse-ranks", "128"], "--rehearse-ranks"),
     (["--rehearse-ranks", "0"], "--rehearse-ranks"),
+    (["--life-loss", "reset"], "--life-loss"),
+    (["--env", "CartPole-v1", "--life-loss", "terminal"], "--life-loss terminal"),
     (["--model", "paper", "--train-batch", "4096", "--num-envs", "100000", "--predict-batch", "16"], "available"),
 ]
 
@@ -139,3 +141,21 @@ def test_config_parser_accepts_only_valid(values):
     assert cfg.sim.predict_batch <= cfg.sim.num_envs and cfg.learn.lr > 0 and 0 < cfg.learn.gamma <= 1
     assert Config(cfg.sim, cfg.learn, cfg.run) == cfg
 
+
+
+def test_configs_saved_before_an_option_keep_what_they_ran_with(tmp_path):
+    """A run saved before --life-loss existed trained with `ignore`: its resume and its checkpoint's config
+    say so (whatever the default), and a resume that keeps it records no change."""
+    from ba3c.config import IMPLIED_BY_OLDER_CONFIGS, saved_config
+    from ba3c.runner import config_changes
+
+    run = tmp_path / "old"
+    old = Config().replace(run_dir=str(run)).to_dict()
+    del old["sim"]["life_loss"]
+    assert saved_config(old).sim.life_loss == IMPLIED_BY_OLDER_CONFIGS["life_loss"] == "ignore"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(old))
+    resumed, is_resume = resolve(["--resume", str(run)])
+    assert is_resume and resumed.sim.life_loss == "ignore"
+    assert config_changes(old, resumed) == {}
+    assert config_changes(old, resumed.replace(life_loss="terminal")) == {"life_loss": ["ignore", "terminal"]}

@@ -38,6 +38,12 @@ def test_cartpole_learns(tmp_path):
     assert [int(e["frames"]) // 50000 for e in evals] == [1, 2, 3]
     assert all(int(e["frames"]) % 50000 < 800 for e in evals)
     assert all(int(e["episodes"]) == 3 and float(e["score_mean"]) >= 8 for e in evals)
+    # the paper protocol by default, named in every row and recorded in full beside them
+    assert all(e["policy"] == "paper" and e["max_episode_steps"] == "" and int(e["truncated_episodes"]) <= 3
+               and int(e["anti_stuck_replaced"]) >= 0 for e in evals)
+    protocol = json.loads((run / "eval-protocol.json").read_text())
+    assert protocol["name"] == "paper" and protocol["anti_stuck"]["repeats"] == 30 and protocol["episodes"] == 3
+    assert "protocol paper" in p.stdout
     best = max(float(x["return_mean20"]) for x in r if x["return_mean20"])
     assert best >= 150, f"CartPole did not learn: best mean-20 return {best}"
     assert (run / "learning_curve.png").stat().st_size > 1000
