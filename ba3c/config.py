@@ -107,14 +107,14 @@ class RunConfig:
                              "state of a healthy in-memory snapshot and continues with a lower lr; warn only reports it",
                              choices=GUARD_MODES)
     guard_snapshot_updates: int = _f(200, "updates between the guard's in-memory snapshots, taken at healthy sync points; a "
-                                     "rollback returns to the older of the last two (200 to 400 updates back)")
+                                     "rollback returns to the older of the last two (one to two such spans back)")
     guard_entropy_floor: float = _f(1e-3, "policy entropy (nats, mean over a sync interval) below which the policy has collapsed")
     guard_entropy_drop: float = _f(0.1, "collapsed also when the entropy falls below this fraction of its median over the "
                                    "last 10 sync intervals that were not collapsed")
     guard_grad_jump: float = _f(5.0, "a sync interval whose largest gradient norm exceeds this multiple of its median over "
                                 "the last 10 intervals that were not collapsed is suspect: no snapshot is taken from it")
-    guard_lr_cut: float = _f(0.5, "after a rollback the lr is multiplied by this (compounded for each rollback to the same "
-                             "snapshot) for --guard-snapshot-updates updates")
+    guard_lr_cut: float = _f(0.5, "each rollback multiplies the lr by this for the rest of the run (kept in checkpoints; "
+                             "a resume that changes the lr drops it)")
     guard_max_rollbacks: int = _f(3, "rollbacks to one snapshot before the run gives up: it then saves that snapshot as its "
                                   "final checkpoint and exits with status 3")
 
