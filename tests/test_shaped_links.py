@@ -129,8 +129,11 @@ def _leftovers(pid: int) -> list[str]:
 
 
 def _start(args: list[str], out) -> subprocess.Popen:
+    # SIGINT back to its default in the child, as at a terminal: a job started in the background by a
+    # non-interactive shell (e.g. CI) inherits SIGINT ignored, and Python then installs no Ctrl-C handler.
     return subprocess.Popen([sys.executable, "-m", "benchmarks.shaped_links", *args, "--out", str(out)], cwd=ROOT,
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 @needs_root
