@@ -52,6 +52,9 @@ class Learner:
         self.opt = keras.optimizers.Adam(learning_rate=lr, beta_1=cfg.beta1, beta_2=cfg.beta2, epsilon=cfg.adam_eps)
         self.opt.build(model.trainable_variables)
         self.updates = 0
+        # Where the lr schedule (warm-up) is: `updates`, except that a rollback takes it back with the weights
+        # and Adam's state (a rollback into the warm-up must not meet fresh Adam moments with the full lr).
+        self.lr_step = 0
         self.lr_scale = 1.0  # the collapse guard's cut after a rollback (ba3c.guard)
         self._pending: Future | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -101,7 +104,7 @@ class Learner:
     def current_lr(self) -> float:
         if self.warmup <= 0:
             return self.base_lr * self.lr_scale
-        return self.base_lr * self.lr_scale * min(1.0, (self.updates + 1) / self.warmup)
+        return self.base_lr * self.lr_scale * min(1.0, (self.lr_step + 1) / self.warmup)
 
     def train(self, batch: TrainBatch) -> StepStats:
         t0 = time.perf_counter()
@@ -112,6 +115,7 @@ class Learner:
         losses, norm, exchange_s = self._update(args)
         pl, vl, ent = (float(x) for x in losses.numpy())
         self.updates += 1
+        self.lr_step += 1
         return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag)
 
     # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds).

@@ -70,6 +70,8 @@ class Trainer:
         self.state = state.broadcast(dist)
         self.learner.broadcast_from_root()
         self.learner.updates = self.state.updates
+        # Adam's step count is where the lr schedule stands (it differs from `updates` after a rollback)
+        self.learner.lr_step = int(self.learner.opt.iterations.numpy())
         self.guard = Guard(cfg.run, dist.is_root, self.state.lr_scale)
         self.learner.lr_scale = self.state.lr_scale  # earlier rollbacks' lr cuts hold for the whole run
         self.interval = IntervalRecorder()
@@ -238,6 +240,7 @@ class Trainer:
             # batches already queued were played by the collapsed policy
             self.sim_thread.discard_queued()
             self.learner.lr_scale = self.state.lr_scale = self.guard.lr_scale
+            self.learner.lr_step = plan.target  # the warm-up goes back with Adam's state
             if plan.action == "rollback":
                 self.state.rollbacks += 1
             if self.dist.size > 1:  # every rank restored its own copy: check that they are the same

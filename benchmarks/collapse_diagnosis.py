@@ -255,18 +255,18 @@ def run_summary(run_dir: str) -> dict[str, Any]:
 
 
 def plot_runs(runs: dict[str, dict[str, Any]], out_png: str) -> None:
+    """One panel per run: mean entropy per progress row against updates, the guard's events marked."""
     plt = harness.pyplot()
-    fig, ax = plt.subplots(figsize=(9, 4))
-    for name, r in runs.items():
-        line, = ax.semilogy([x[0] for x in r["rows"]], [max(x[2], 1e-12) for x in r["rows"]], label=name)
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.6 * len(runs)), squeeze=False)
+    for ax, (name, r) in zip(axes[:, 0], runs.items()):
+        ax.semilogy([x[0] for x in r["rows"]], [max(x[2], 1e-12) for x in r["rows"]])
         for e in r["events"]:
-            ax.axvline(int(e["updates"]), color=line.get_color(), linestyle="--" if e["event"] == "rollback" else ":",
-                       alpha=0.7)
-    ax.set_xlabel("update")
-    ax.set_ylabel("policy entropy, mean per row (nats)")
-    ax.set_title("dashed: rollback, dotted: collapse reported")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+            ax.axvline(int(e["updates"]), color="tab:red" if e["event"] == "rollback" else "tab:orange",
+                       linestyle="--" if e["event"] == "rollback" else ":", alpha=0.8)
+        ax.set_title(name, fontsize=9)
+        ax.set_ylabel("entropy (nats)")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("update (red dashed: rollback; orange dotted: collapse reported, warn mode)")
     fig.tight_layout()
     fig.savefig(out_png, dpi=90)
     plt.close(fig)

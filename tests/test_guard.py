@@ -256,7 +256,9 @@ def test_two_ranks_roll_back_together_then_give_up(tmp_path):
     cmd = [str(BIN / "mpirun"), "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "ba3c.train",
            "--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20",
            "--total-frames", "40000", "--run-dir", str(run), "--intra-op-threads", "1", "--stats-interval-updates", "5",
-           "--guard-entropy-floor", "10", "--guard-max-rollbacks", "2", "--checkpoint-interval-min", "0.0001"]
+           "--guard-entropy-floor", "10", "--guard-max-rollbacks", "2", "--checkpoint-interval-min", "0.0001",
+           # lr scaled up for the global batch of 40 (x sqrt 2), so with a 100-update warm-up
+           "--lr-ref-batch", "20", "--warmup-updates", "100"]
     p = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == EXIT_COLLAPSED, p.stdout[-2000:] + p.stderr[-2000:]
     assert "ranks disagree" not in p.stderr
@@ -264,6 +266,9 @@ def test_two_ranks_roll_back_together_then_give_up(tmp_path):
     ev = events(run)
     assert [(e["event"], e["updates"], e["snapshot_update"]) for e in ev] == [
         ("rollback", "5", "0"), ("rollback", "10", "0"), ("give_up", "15", "0")]
+    # the warm-up starts again with Adam's restored state: the lr after each rollback is the first warm-up step's
+    lr = 5e-4 * math.sqrt(2)
+    assert [float(r["lr"]) for r in progress(run)][:3] == pytest.approx([lr * 0.5 / 100, lr * 0.25 / 100, lr * 0.25 / 100])
     # checkpoints were due at every sync point, but none is written from a collapsed state: only the final one
     assert [os.path.basename(p) for p in ckpt.list_all(str(run / "checkpoints"))] == ["ckpt-0000000015.npz"]
     final = ckpt.load_latest(str(run / "checkpoints"))
