@@ -36,7 +36,7 @@ from benchmarks.harness import Row
 from benchmarks.time_to_score import first_reach
 from benchmarks.time_to_score import main as time_to_score
 
-BASE_BATCH = {"sqrt": 64, "linear": 64, "paper": 32}  # per rehearsed rank: the default preset's, the paper's
+BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32}  # per rehearsed rank: the default preset's, the paper's
 DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:paper"
 # The committed one-rank Pong run (default config: global batch 64, lr 5e-4 by the sqrt rule at its reference)
 EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
@@ -45,7 +45,7 @@ EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
 @dataclass(frozen=True)
 class Point:
     global_batch: int
-    rule: str  # sqrt | linear (ba3c's --lr-scaling at the default preset) | paper (--preset paper: fixed 1e-3)
+    rule: str  # sqrt | linear | none (ba3c's --lr-scaling at the default preset) | paper (--preset paper: fixed 1e-3)
 
     @property
     def name(self) -> str:
@@ -203,7 +203,7 @@ def plot(results: list[PointResult], args: argparse.Namespace, points: list[Poin
     ax1.axhline(args.target, color="grey", ls=":")
     ax1.set(xlabel="frames (M)", ylabel="training return, mean of last 20", title=f"{args.env}: return against frames")
     ax1.legend(fontsize=8)
-    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("paper", "^")):
+    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^")):
         done = [r for r in results if r.rule == rule]
         reached = [r for r in done if r.frames_to_target]
         ax2.plot([r.global_batch for r in reached], [r.frames_to_target / 1e6 for r in reached], marker, ls="-",
