@@ -9,7 +9,7 @@ export OMPI_MCA_mpi_yield_when_idle ?= 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install train test test-fast throughput-benchmark scaling-benchmark time-to-score batch-scaling clean-venv
+.PHONY: install train test test-fast throughput-benchmark scaling-benchmark shaped-links time-to-score batch-scaling clean-venv
 
 install: $(STAMP)
 
@@ -34,6 +34,10 @@ throughput-benchmark: $(STAMP)
 
 scaling-benchmark: $(STAMP)
 	$(PY) -m benchmarks.scaling $(ARGS)
+
+# needs root (network namespaces, veth pairs, tc): the allreduce over shaped links against the model
+shaped-links: $(STAMP)
+	$(PY) -m benchmarks.shaped_links $(ARGS)
 
 time-to-score: $(STAMP)
 	$(PY) -m benchmarks.time_to_score $(ARGS)

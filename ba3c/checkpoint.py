@@ -3,7 +3,10 @@
 A checkpoint is `ckpt-<updates>.npz` (model weights then optimizer variables, as arrays
 a0, a1, ..., plus a JSON `meta` entry with counters, RNG state and config hash) next to
 `ckpt-<updates>.sha256`. The checksum file is renamed into place before the data file, so a
-data file without a matching checksum is never taken for a good one.
+data file without a matching checksum is never taken for a good one. Rotation keeps the newest K
+`ckpt-*`; a kept checkpoint (`keep-<updates>.npz`, --keep-every-frames) is written the same way and
+never rotated, so a good state survives however long a run goes wrong. Resume takes the newest of
+both kinds.
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ import numpy as np
 
 from ba3c.files import atomic_write
 
-_NAME = re.compile(r"ckpt-(\d{10})\.npz$")
+_NAME = re.compile(r"ckpt-(\d{10})\.npz$")  # rotated
+_KEPT = re.compile(r"keep-(\d{10})\.npz$")  # never rotated
 
 
 @dataclass
@@ -30,12 +34,15 @@ class Checkpoint:
     meta: dict[str, Any]
 
 
-def save(ckpt_dir: str, updates: int, arrays: list[np.ndarray], meta: dict[str, Any], keep: int) -> str:
+def save(ckpt_dir: str, updates: int, arrays: list[np.ndarray], meta: dict[str, Any], keep: int,
+         kept: bool = False) -> str:
+    """Write one checkpoint atomically; then delete all but the newest `keep` rotated ones. `kept`: write it
+    as keep-<updates>.npz, which rotation never deletes."""
     os.makedirs(ckpt_dir, exist_ok=True)
     buf = io.BytesIO()
     np.savez(buf, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **{f"a{i}": a for i, a in enumerate(arrays)})
     data = buf.getvalue()
-    path = os.path.join(ckpt_dir, f"ckpt-{updates:010d}.npz")
+    path = os.path.join(ckpt_dir, f"{'keep' if kept else 'ckpt'}-{updates:010d}.npz")
     atomic_write(path[:-4] + ".sha256", hashlib.sha256(data).hexdigest().encode())
     atomic_write(path, data)
     for old in list_checkpoints(ckpt_dir)[:-keep]:
@@ -46,10 +53,25 @@ def save(ckpt_dir: str, updates: int, arrays: list[np.ndarray], meta: dict[str, 
 
 
 def list_checkpoints(ckpt_dir: str) -> list[str]:
-    """Checkpoint data files, oldest first."""
+    """Rotated checkpoint data files (ckpt-*), oldest first."""
     if not os.path.isdir(ckpt_dir):
         return []
     return sorted(os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if _NAME.match(n))
+
+
+def list_kept(ckpt_dir: str) -> list[str]:
+    """Kept checkpoint data files (keep-*), oldest first."""
+    if not os.path.isdir(ckpt_dir):
+        return []
+    return sorted(os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir) if _KEPT.match(n))
+
+
+def list_all(ckpt_dir: str) -> list[str]:
+    """Every checkpoint, rotated and kept, by update, oldest first (of one update, the kept one first)."""
+    def order(path: str) -> tuple[int, bool]:
+        name = os.path.basename(path)  # ckpt-NNNNNNNNNN.npz or keep-NNNNNNNNNN.npz
+        return int(name[5:15]), name.startswith("ckpt-")
+    return sorted(list_kept(ckpt_dir) + list_checkpoints(ckpt_dir), key=order)
 
 
 def read_verified(path: str) -> Checkpoint:
@@ -73,7 +95,7 @@ def read_verified(path: str) -> Checkpoint:
 
 def load_latest(ckpt_dir: str) -> Checkpoint | None:
     """Newest checkpoint that verifies; bad newer ones are named in a warning and skipped."""
-    for path in reversed(list_checkpoints(ckpt_dir)):
+    for path in reversed(list_all(ckpt_dir)):
         try:
             return read_verified(path)
         except Exception as e:  # any unreadable file: fall back to the next older one

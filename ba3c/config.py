@@ -23,6 +23,8 @@ DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
 ALLREDUCES = ("per-tensor", "grouped")
 COMPRESSIONS = ("none", "fp16")
+GUARD_MODES = ("rollback", "warn")
+LIFE_LOSS_MODES = ("ignore", "terminal")
 MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 
 
@@ -44,6 +46,10 @@ class SimConfig:
     env_threads: int = _f(0, "emulator threads per rank (0: one per core available to the rank)")
     max_episode_frames: int = _f(108_000, "episode cap in emulator frames (Atari; truncation, bootstrapped)")
     seed: int = _f(0, "base seed; rank r seeds its simulators with seed + r, every rank builds the same model")
+    life_loss: str = _f("ignore", "what a lost life means to the learner (Atari): ignore (returns run on to the game's "
+                        "end; the agent must press FIRE itself) or terminal (a lost life ends the bootstrapped "
+                        "return, and FIRE is pressed for the agent after it in games that have FIRE); episode "
+                        "statistics are per full game either way", choices=LIFE_LOSS_MODES)
 
 
 @dataclass(frozen=True)
@@ -84,14 +90,18 @@ class RunConfig:
     resume: str = _f("", "continue the run in this directory from its newest checkpoint")
     preset: str = _f("default", "optimizer preset: default (tuned here) or paper (arXiv 1801.02852)", choices=("default", "paper"))
     max_minutes: float = _f(0.0, "stop cleanly (checkpoint, exit 0) after this many minutes of training (0: no limit)")
-    hang_timeout_min: float = _f(10.0, "abort the job if no update completes for this many minutes (a lost or stuck rank)")
+    hang_timeout_min: float = _f(10.0, "with 2+ ranks: abort the job if no update completes for this many minutes (a lost or stuck rank)")
     eval_every_frames: int = _f(0, "evaluate on rank 0 every this many frames, in a background thread (0: off)")
     eval_episodes: int = _f(10, "episodes per periodic evaluation")
-    eval_policy: str = _f("greedy", "periodic evaluation policy: greedy (paper), sampled, egreedy (0.05, DQN/Gorila)",
-                          choices=("greedy", "sampled", "egreedy"))
+    eval_policy: str = _f("paper", "periodic evaluation protocol: paper (the BA3C authors': argmax, random action "
+                          "with probability 0.001, action 1 (FIRE) at 30 identical choices in a row, episodes "
+                          "capped at 40,000 agent steps), greedy (plain argmax, capped at --max-episode-frames), "
+                          "sampled, egreedy (0.05, DQN/Gorila)", choices=("paper", "greedy", "sampled", "egreedy"))
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
+    keep_every_frames: int = _f(0, "also keep the first checkpoint past every multiple of this many frames (keep-<update>.npz); "
+                                "rotation never deletes these, so a good state always survives (0: off)")
     intra_op_threads: int = _f(0, "TensorFlow intra-op threads (0: cores available to the rank)")
     inter_op_threads: int = _f(0, "TensorFlow inter-op threads (0: 2); with 1, a per-tensor --allreduce only starts "
                                "after backprop (its ops wait behind it for the one thread)")
@@ -101,6 +111,21 @@ class RunConfig:
     rehearse_ranks: int = _f(1, "rehearse a run on K x the ranks: each process plays K ranks' part (K x simulators, "
                              "K x train batch per update; lr, warm-up and frame counts as that run computes them); "
                              "1: off")
+    collapse_guard: str = _f("rollback", "when the policy collapses (its entropy falls below --guard-entropy-floor, or to "
+                             "--guard-entropy-drop of its recent level): rollback restores the weights and Adam "
+                             "state of a healthy in-memory snapshot and continues with a lower lr; warn only reports it",
+                             choices=GUARD_MODES)
+    guard_snapshot_updates: int = _f(200, "updates between the guard's in-memory snapshots, taken at healthy sync points; a "
+                                     "rollback returns to the older of the last two (one to two such spans back)")
+    guard_entropy_floor: float = _f(1e-3, "policy entropy (nats, mean over a sync interval) below which the policy has collapsed")
+    guard_entropy_drop: float = _f(0.1, "collapsed also when the entropy falls below this fraction of its median over the "
+                                   "last 10 sync intervals that were not collapsed")
+    guard_grad_jump: float = _f(5.0, "a sync interval whose largest gradient norm exceeds this multiple of its median over "
+                                "the last 10 intervals that were not collapsed is suspect: no snapshot is taken from it")
+    guard_lr_cut: float = _f(0.5, "each rollback multiplies the lr by this for the rest of the run (kept in checkpoints; "
+                             "a resume that changes the lr drops it)")
+    guard_max_rollbacks: int = _f(3, "rollbacks to one snapshot before the run gives up: it then saves that snapshot as its "
+                                  "final checkpoint and exits with status 3")
 
 
 @dataclass(frozen=True)
@@ -124,6 +149,10 @@ class Config:
 
 
 _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunConfig}
+
+# Options added after runs were saved, and the value a saved config that lacks one ran with (which
+# need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
+IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none"}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -175,16 +204,22 @@ def validate(cfg: Config) -> None:
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
                     checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min, keep_checkpoints=r.keep_checkpoints,
                     queue_batches=r.queue_batches, eval_episodes=r.eval_episodes, stats_interval_updates=r.stats_interval_updates,
-                    adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks)
+                    adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks,
+                    guard_snapshot_updates=r.guard_snapshot_updates, guard_grad_jump=r.guard_grad_jump,
+                    guard_max_rollbacks=r.guard_max_rollbacks)
     for name, v in positive.items():
         if v <= 0:
             raise ConfigError(f"{_flag(name)}: must be > 0, got {v}")
-    nonneg = dict(eval_every_frames=r.eval_every_frames, max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
+    nonneg = dict(eval_every_frames=r.eval_every_frames, keep_every_frames=r.keep_every_frames,
+                  guard_entropy_floor=r.guard_entropy_floor, max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
                   value_coef=l.value_coef, warmup_updates=l.warmup_updates,
                   intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads)
     for name, v in nonneg.items():
         if v < 0:
             raise ConfigError(f"{_flag(name)}: must be >= 0, got {v}")
+    for name in ("guard_entropy_drop", "guard_lr_cut"):
+        if not 0.0 < getattr(r, name) < 1.0:
+            raise ConfigError(f"{_flag(name)}: must be in (0, 1), got {getattr(r, name)}")
     if not 0.0 < l.gamma <= 1.0:
         raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
     for name in ("beta1", "beta2"):
@@ -292,3 +327,8 @@ def save_json(cfg: Config, path: str) -> None:
 
 def config_from_dict(data: dict[str, Any]) -> Config:
     return Config().replace(**_from_nested(data, "config"))
+
+
+def saved_config(data: dict[str, Any]) -> Config:
+    """The config a run saved (config.json, a checkpoint's meta), with the options it predates set to what it ran with."""
+    return Config().replace(**{**IMPLIED_BY_OLDER_CONFIGS, **_from_nested(data, "saved config")})

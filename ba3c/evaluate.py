@@ -1,6 +1,7 @@
 """`python -m ba3c.evaluate RUN_DIR_OR_CHECKPOINT`: play full episodes with a trained policy and report scores.
 
     python -m ba3c.evaluate runs/pong-20261101-120000 --episodes 50                 # the paper's protocol
+    python -m ba3c.evaluate runs/pong-... --policy greedy                            # plain argmax, no anti-stuck rule
     python -m ba3c.evaluate runs/pong-... --policy egreedy --epsilon 0.05            # DQN / Gorila's protocol
     python -m ba3c.evaluate runs/pong-.../checkpoints/ckpt-0000001234.npz --record pong.gif
 
@@ -19,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ba3c import checkpoint as ckpt
-from ba3c.evaluation import POLICIES, STANDARD_MAX_EPISODE_FRAMES, EvalError, evaluate_model, model_from_checkpoint
+from ba3c.evaluation import (PAPER_MAX_EPISODE_STEPS, POLICIES, STANDARD_MAX_EPISODE_FRAMES, EvalError, evaluate_model,
+                             model_from_checkpoint, protocol_line)
 from ba3c.files import write_json
+from ba3c.simulators import ATARI
 from ba3c.workers import cores_available, set_tensorflow_threads
 
 
@@ -80,8 +83,9 @@ def training_cost(run_dir: str, meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def format_table(result: dict[str, Any]) -> str:
+    """The protocol's line, then score and length statistics."""
     rows = [("score", result["score"]), ("length (agent steps)", result["length_steps"])]
-    lines = [f"{'':<22}{'mean':>12}{'std':>12}{'median':>12}{'min':>12}{'max':>12}"]
+    lines = [protocol_line(result["protocol"]), f"{'':<22}{'mean':>12}{'std':>12}{'median':>12}{'min':>12}{'max':>12}"]
     for name, s in rows:
         lines.append(f"{name:<22}" + "".join(f"{s[k]:>12.2f}" for k in ("mean", "std", "median", "min", "max")))
     return "\n".join(lines)
@@ -92,12 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT", help="run directory (its newest valid checkpoint) or a .npz")
     p.add_argument("--episodes", type=int, default=50, help="complete episodes to play (paper: 50)")
-    p.add_argument("--policy", choices=POLICIES, default="greedy",
-                   help="greedy (paper), sampled (as in training), egreedy (DQN / Gorila)")
+    p.add_argument("--policy", choices=POLICIES, default="paper", metavar="PROTOCOL",
+                   help=f"{', '.join(POLICIES)}. paper: the BA3C authors' protocol (argmax, random action with "
+                        "probability 0.001, action 1 (FIRE) at 30 identical choices in a row, cap "
+                        f"{PAPER_MAX_EPISODE_STEPS:,} agent steps); greedy: plain argmax (a Breakout agent may never "
+                        "serve again); sampled: as in training; egreedy: DQN / Gorila")
     p.add_argument("--epsilon", type=float, default=0.05, help="random-action probability for --policy egreedy")
     p.add_argument("--num-envs", type=int, default=16, help="environments played in parallel")
-    p.add_argument("--max-episode-frames", type=int, default=STANDARD_MAX_EPISODE_FRAMES,
-                   help="Atari episode cap in emulator frames (episodes cut there count, marked truncated)")
+    p.add_argument("--max-episode-frames", type=int, default=None,
+                   help="Atari episode cap in emulator frames (episodes cut there count, marked truncated); default: "
+                        f"the protocol's (paper: {PAPER_MAX_EPISODE_STEPS:,} agent steps = "
+                        f"{PAPER_MAX_EPISODE_STEPS * ATARI.frameskip:,} frames, others {STANDARD_MAX_EPISODE_FRAMES:,})")
     p.add_argument("--seed", type=int, default=0, help="emulator seed (environment i gets seed + i) and action-noise seed")
     p.add_argument("--record", default="", metavar="OUT.gif", help="save environment 0's first episode as a GIF (Atari)")
     p.add_argument("--json", default="", metavar="OUT.json", help="result file (default RUN_DIR/eval-<policy>.json)")
@@ -108,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.episodes < 1 or args.num_envs < 1 or args.max_episode_frames < 1:
+        if args.episodes < 1 or args.num_envs < 1 or (args.max_episode_frames is not None and args.max_episode_frames < 1):
             raise EvalError("--episodes, --num-envs and --max-episode-frames must be >= 1")
         loaded = locate_checkpoint(args.path)
         from ba3c.tfquiet import import_tensorflow_quietly
@@ -117,13 +126,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         threads = args.threads or cores_available()
         set_tensorflow_threads(threads)
         c = loaded.checkpoint
-        model, spec, _ = model_from_checkpoint(c)
+        model, spec, cfg = model_from_checkpoint(c)
         print(f"ba3c.evaluate: {spec.kind}:{spec.name} {c.meta['model']} from {c.path} "
               f"({int(c.meta.get('frames', 0)):,} frames, {int(c.meta.get('updates', 0)):,} updates); "
-              f"{args.episodes} episodes, {args.policy} policy", flush=True)
+              f"{args.episodes} episodes, {args.policy} protocol", flush=True)
         result = evaluate_model(model, spec, args.episodes, args.policy, epsilon=args.epsilon,
                                 num_envs=args.num_envs, max_episode_frames=args.max_episode_frames, seed=args.seed,
-                                record_path=args.record or None, num_threads=threads)
+                                record_path=args.record or None, num_threads=threads,
+                                fire_after_life_loss=cfg.sim.life_loss == "terminal")  # as it trained
     except EvalError as e:
         print(f"ba3c.evaluate: error: {e}", file=sys.stderr)
         return 2
@@ -135,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(out, result)
     print(format_table(result))
     if result["truncated_episodes"]:
-        print(f"note: {result['truncated_episodes']} episode(s) reached the cap of {args.max_episode_frames:,} frames")
+        cap = result["protocol"]["max_episode_frames"]
+        where = f"the cap of {cap:,} frames" if cap is not None else "the environment's time limit"
+        print(f"note: {result['truncated_episodes']} episode(s) reached {where}")
     if result["recording"]:
         rec = result["recording"]
         cut = f", cut at {rec['truncated_at']} frames" if rec["truncated_at"] else ""

@@ -6,6 +6,11 @@ chose for them). Each
 environment keeps up to `n_step` transitions; a segment is flushed when it is full (bootstrap
 from the value of the next observation), on termination (bootstrap 0) or on truncation
 (bootstrap from the value of the final observation, which is a real state, not a terminal one).
+
+With `life_loss_terminal`, a lost life (`Batch.life_lost`) ends the segment like a termination
+(bootstrap 0) while the game goes on: the observation that lost the life takes no trained action
+(the simulator answers it with FIRE where the game has one), and the step after it counts in the
+game's score and length but in no return. Episodes, and their statistics, stay full games.
 """
 from __future__ import annotations
 
@@ -51,7 +56,7 @@ class _EnvBuffer:
     values: list = field(default_factory=list)
     versions: list = field(default_factory=list)
     rewards: list = field(default_factory=list)
-    resetting: bool = False  # the last obs ended an episode: the next one starts a new episode
+    resetting: bool = True  # the next obs starts an episode (the first one, or after an episode's last obs)
     score: float = 0.0
     length: int = 0
 
@@ -60,8 +65,9 @@ class Experience:
     """Turns the stream of predictor batches into fixed-size training batches."""
 
     def __init__(self, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype, n_step: int,
-                 gamma: float, train_batch: int, clip_rewards: bool) -> None:
+                 gamma: float, train_batch: int, clip_rewards: bool, life_loss_terminal: bool = False) -> None:
         self.n_step, self.gamma, self.train_batch, self.clip_rewards = n_step, gamma, train_batch, clip_rewards
+        self.life_loss_terminal = life_loss_terminal
         self._bufs = [_EnvBuffer() for _ in range(num_envs)]
         self._obs = np.empty((train_batch, *obs_shape), obs_dtype)
         self._act = np.empty(train_batch, np.int32)
@@ -75,22 +81,28 @@ class Experience:
         """Record one predictor batch and the predictor's values and actions for it (chosen by the
         policy after `version` updates); return the training batches and episodes it completed."""
         obs, rewards, terminated, truncated = batch.obs, batch.reward, batch.terminated, batch.truncated
+        life_end = batch.life_lost if (self.life_loss_terminal and batch.life_lost is not None) \
+            else np.zeros(len(batch.env_ids), bool)
         batches: list[TrainBatch] = []
         episodes: list[Episode] = []
         for j, e in enumerate(batch.env_ids):
             b = self._bufs[int(e)]
             if b.resetting:  # this obs opens a new episode; its reward belongs to no action of ours
                 b.resetting = False
-            elif b.obs:
+            else:
                 r = float(rewards[j])
                 b.score += r
                 b.length += 1
-                b.rewards.append(np.sign(r) if self.clip_rewards else r)
+                if b.obs:  # else the step after a lost life: the game's, but no trained action's
+                    b.rewards.append(np.sign(r) if self.clip_rewards else r)
             if terminated[j] or truncated[j]:
-                boot = float(values[j]) if (truncated[j] and not terminated[j]) else 0.0
+                boot = 0.0 if (terminated[j] or life_end[j]) else float(values[j])
                 self._flush(b, boot, batches)
                 episodes.append(Episode(int(e), b.score, b.length, bool(truncated[j] and not terminated[j])))
                 b.score, b.length, b.resetting = 0.0, 0, True
+                continue
+            if life_end[j]:  # the return ends here; the game, its score and its length go on
+                self._flush(b, 0.0, batches)
                 continue
             if len(b.rewards) == self.n_step:
                 self._flush(b, float(values[j]), batches)

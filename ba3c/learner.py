@@ -53,6 +53,10 @@ class Learner:
         self.opt = keras.optimizers.Adam(learning_rate=lr, beta_1=cfg.beta1, beta_2=cfg.beta2, epsilon=cfg.adam_eps)
         self.opt.build(model.trainable_variables)
         self.updates = 0
+        # Where the lr schedule (warm-up) is: `updates`, except that a rollback takes it back with the weights
+        # and Adam's state (a rollback into the warm-up must not meet fresh Adam moments with the full lr).
+        self.lr_step = 0
+        self.lr_scale = 1.0  # the collapse guard's cut after a rollback (ba3c.guard)
         self._pending: Future | None = None
         self._pool: ThreadPoolExecutor | None = None
         # How gradients are exchanged is decided here, once: inside the compiled step (per gradient,
@@ -126,8 +130,8 @@ class Learner:
     # ---- host side
     def current_lr(self) -> float:
         if self.warmup <= 0:
-            return self.base_lr
-        return self.base_lr * min(1.0, (self.updates + 1) / self.warmup)
+            return self.base_lr * self.lr_scale
+        return self.base_lr * self.lr_scale * min(1.0, (self.lr_step + 1) / self.warmup)
 
     def train(self, batch: TrainBatch) -> StepStats:
         t0 = time.perf_counter()
@@ -138,6 +142,7 @@ class Learner:
         losses, norm, exchange_s = self._update(args)
         pl, vl, ent = (float(x) for x in losses.numpy())
         self.updates += 1
+        self.lr_step += 1
         return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag)
 
     # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds).
@@ -191,6 +196,7 @@ class Learner:
         return [np.asarray(v.numpy()) for v in self.model.weights] + [np.asarray(v.numpy()) for v in self.opt.variables]
 
     def load_state_arrays(self, arrays: list[np.ndarray], source: str = "checkpoint") -> None:
+        self.flush()  # an overlapped update still in flight must not land on top of the restored state
         assign_arrays(list(self.model.weights) + list(self.opt.variables), arrays, f"{source} (weights and Adam state)")
 
     def broadcast_from_root(self) -> None:

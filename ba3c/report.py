@@ -1,5 +1,5 @@
 """Rank 0's reporting: at each sync point the progress line, a progress.csv row, TensorBoard scalars
-and warnings; around them the run's first and last words (config.json, meta.json, the start line,
+and the collapse guard's events (a line, events.csv); around them the run's first and last words (config.json, meta.json, the start line,
 the stage-time table, how the run ended), checkpoints written and periodic evaluation results.
 
 No collectives here: the runner hands over what its sync point gathered.
@@ -16,15 +16,14 @@ from typing import Any
 import numpy as np
 
 from ba3c.config import Config, save_json
+from ba3c.evaluation import protocol_line
+from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, HEALTHY, SUSPECT, IntervalStats, Plan
 from ba3c.learner import StepStats
-from ba3c.rundir import RunWriter, now_iso, plot_curve
+from ba3c.rundir import EVAL_PROTOCOL_FILE, RunWriter, now_iso, plot_curve
 from ba3c.signals import EXIT_SIGNALLED
 from ba3c.state import RunState
 
-# Below this the policy is (nearly) deterministic on the states being played. Breakout once went
-# 1.1 -> 1.6e-7 in ~140 updates and its return from 58 to 0, yet the same weights played normally
-# after a resume: benchmarks/results/breakout-collapse-diagnosis.json.
-COLLAPSED_ENTROPY = 1e-3
+_SEVERITY = {HEALTHY: 0, SUSPECT: 1, COLLAPSED: 2}
 # StepStats field = progress.csv column -> TensorBoard tag
 LOSSES = (("policy_loss", "losses/policy"), ("value_loss", "losses/value"), ("entropy", "losses/entropy"),
           ("grad_norm", "losses/grad_norm"), ("policy_lag", "perf/policy_lag"))
@@ -58,16 +57,21 @@ class Reporter:
         self.recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=100)  # (score, length)
         self._last_t: float | None = None  # None: the state's clock start
         self._last_updates = state.updates
-        self._collapse_warned = False
+        self._entropies: list[float] = []  # per sync interval since the last row
+        self._grad_max = 0.0
+        self._worst = HEALTHY
         print(f"ba3c: {meta['env']['kind']}:{meta['env']['name']} model={meta['model']} ({meta['num_params']:,} params) "
               f"ranks={meta['ranks']} dist={meta['dist_backend']} global_batch={meta['global_batch']} "
               f"lr={meta['lr_effective']:.2e} -> {run_dir}", flush=True)
 
     def sync(self, state: RunState, episodes: list[tuple[float, int]], stage_s: dict[str, float], stats: StepStats,
-             lr: float, now: float, force: bool) -> None:
-        """One sync point: remember the episodes; once per --log-interval-s (and whenever `force`)
-        the progress line, a CSV row, TensorBoard scalars and, once per run, a collapse warning."""
+             interval: IntervalStats, verdict: str, lr: float, now: float, force: bool) -> None:
+        """One sync point: remember the episodes and the interval's statistics; once per --log-interval-s (and
+        whenever `force`) the progress line, a CSV row and TensorBoard scalars."""
         self.recent.extend(episodes)
+        self._entropies.append(interval.entropy)
+        self._grad_max = max(self._grad_max, interval.grad_norm_max)
+        self._worst = max(self._worst, verdict, key=_SEVERITY.__getitem__)
         last_t = state.t_start if self._last_t is None else self._last_t
         if now - last_t < self.run_cfg.log_interval_s and not force:
             return
@@ -89,9 +93,14 @@ class Reporter:
             scalars["charts/episode_return"] = mean
         for column, tag in LOSSES:
             row[column] = scalars[tag] = getattr(stats, column)
+        # since the previous row (the columns above are the last update's): what the collapse guard judged
+        row["entropy_mean"] = scalars["losses/entropy_mean"] = float(np.mean(self._entropies))
+        row["grad_norm_max"] = scalars["losses/grad_norm_max"] = self._grad_max
+        row["guard"], row["rollbacks"] = self._worst, state.rollbacks
+        scalars["guard/rollbacks"] = state.rollbacks
         self.writer.log(row, scalars, state.frames)
-        self._warn_if_collapsed(stats.entropy, state.updates)
         self._last_t, self._last_updates = now, state.updates
+        self._entropies, self._grad_max, self._worst = [], 0.0, HEALTHY
 
     def _returns_columns(self) -> dict[str, Any]:
         """progress.csv's return columns over the last 100 episodes (empty before the first episode)."""
@@ -101,28 +110,56 @@ class Reporter:
         return {"return_mean": float(np.mean(rets)), "return_mean20": float(np.mean(rets[-20:])),
                 "return_max": max(rets), "episode_length_mean": float(np.mean([n for _, n in self.recent]))}
 
-    def _warn_if_collapsed(self, entropy: float, updates: int) -> None:
-        if entropy >= COLLAPSED_ENTROPY or self._collapse_warned:
+    def guard(self, plan: Plan, state: RunState, elapsed_s: float) -> None:
+        """The collapse guard's plan at a sync point: a line and an events.csv row when it acted."""
+        if plan.action in ("none", "snapshot"):
             return
-        self._collapse_warned = True
-        print(f"ba3c: warning: policy entropy {max(entropy, 0.0):.1e} at update {updates:,}: the "
-              f"policy has collapsed onto one action on the states it now sees. Once (Breakout) "
-              f"this was the simulators, not the network: stop and --resume (fresh simulators); if "
-              f"it recurs, resume from an earlier checkpoint (they rotate: copy one out), perhaps "
-              f"with a lower --lr.", file=sys.stderr, flush=True)
+        s, v, u = plan.stats, plan.verdict, state.updates
+        ref = f"; largest gradient norm {s.grad_norm_max:.3g}" + (f" (recent median {v.grad_ref:.3g})" if v.grad_ref else "")
+        if s.episode_length is not None:
+            ref += f"; episodes {s.episode_length:.0f} steps" + (
+                f" (recent {v.episode_length_ref:.0f})" if v.episode_length_ref else "")
+        if plan.action == "rollback":
+            print(f"ba3c: collapse guard: at update {u:,} {v.reason}{ref}; rolled back to the snapshot of update "
+                  f"{plan.target:,} (weights and Adam state), lr x{plan.lr_scale:g} from now on (rollback "
+                  f"{plan.attempt} of at most {self.run_cfg.guard_max_rollbacks} to that snapshot)",
+                  file=sys.stderr, flush=True)
+        elif plan.action == "give_up":
+            print(f"ba3c: error: collapse guard: at update {u:,} {v.reason}{ref}, after {plan.attempt} rollbacks to "
+                  f"the snapshot of update {plan.target:,}; stopping with that snapshot as the final checkpoint. "
+                  f"Lower --lr (x{plan.lr_scale:g} was not enough) or raise --warmup-updates, then --resume "
+                  f"{self.run_dir}", file=sys.stderr, flush=True)
+        else:  # warn
+            print(f"ba3c: warning: at update {u:,} {v.reason}{ref}: the policy has collapsed onto one action on the "
+                  f"states it now sees (a saturated softmax leaves the entropy bonus no gradient to undo it). "
+                  f"--collapse-guard rollback restores a healthy snapshot by itself; otherwise stop and --resume "
+                  f"from an earlier checkpoint (keep-*.npz from --keep-every-frames survive rotation), perhaps "
+                  f"with a lower --lr.", file=sys.stderr, flush=True)
+        self.writer.log_event({"time_s": round(elapsed_s, 2), "frames": state.frames, "updates": u,
+                               "event": plan.action, "reason": v.reason, "entropy": s.entropy,
+                               "entropy_ref": v.entropy_ref, "grad_norm_max": s.grad_norm_max, "grad_ref": v.grad_ref,
+                               "episode_length": s.episode_length, "episode_length_ref": v.episode_length_ref,
+                               "snapshot_update": plan.target, "lr_scale": plan.lr_scale,
+                               "rollbacks": state.rollbacks})
 
     def checkpoint_written(self, path: str) -> None:
         print(f"ba3c: checkpoint {path}", flush=True)
 
     def evaluation(self, result: dict[str, Any], frames: int, updates: int, time_s: float) -> None:
-        """A periodic evaluation's result (called from the evaluation thread): eval.csv, eval/* scalars, a line."""
-        sc, policy = result["score"], self.run_cfg.eval_policy
-        self.writer.log_eval({"time_s": round(time_s, 2), "frames": frames, "updates": updates, "policy": policy,
+        """A periodic evaluation's result (called from the evaluation thread): a row of eval.csv (its protocol's
+        name, cap and truncated episodes), eval/* scalars, the protocol's full record in eval-protocol.json, a line."""
+        sc, proto = result["score"], result["protocol"]
+        self.writer.log_eval({"time_s": round(time_s, 2), "frames": frames, "updates": updates, "policy": proto["name"],
                               "episodes": result["episodes"], "score_mean": sc["mean"], "score_std": sc["std"],
                               "score_median": sc["median"], "score_min": sc["min"], "score_max": sc["max"],
-                              "length_mean": result["length_steps"]["mean"]}, frames)
-        print(f"ba3c: eval at {frames:,} frames: {policy} score {sc['mean']:.2f} +- {sc['std']:.2f} "
-              f"over {result['episodes']} episodes", flush=True)
+                              "length_mean": result["length_steps"]["mean"],
+                              "max_episode_steps": proto["max_episode_steps"] or "",
+                              "truncated_episodes": result["truncated_episodes"],
+                              "anti_stuck_replaced": "" if result["anti_stuck_replaced"] is None
+                              else sum(result["anti_stuck_replaced"])}, frames)
+        self.writer.write_json(EVAL_PROTOCOL_FILE, proto)
+        print(f"ba3c: eval at {frames:,} frames: score {sc['mean']:.2f} +- {sc['std']:.2f} over {result['episodes']} "
+              f"episodes ({result['truncated_episodes']} cut at the cap); {protocol_line(proto)}", flush=True)
 
     def finish(self, state: RunState, status: int, stopped_early: bool, sim_s: dict[str, float],
                learn_s: dict[str, float]) -> None:
@@ -130,10 +167,13 @@ class Reporter:
         self.writer.close()
         curve = plot_curve(self.run_dir)
         self.meta.update(end=now_iso(), final_update=state.updates, final_frames=state.frames, exit_status=status,
-                         stage_seconds_rank0={**sim_s, **learn_s})
+                         stage_seconds_rank0={**sim_s, **learn_s}, rollbacks=state.rollbacks, lr_scale=state.lr_scale)
         self.writer.write_json("meta.json", self.meta)
         print_timers(sim_s, learn_s, time.time() - state.t_start)
-        if stopped_early:
+        if status == EXIT_COLLAPSED:
+            print(f"ba3c: stopped at update {state.updates:,}: the policy kept collapsing (see above); the final "
+                  f"checkpoint holds the snapshot it was rolled back to", flush=True)
+        elif stopped_early:
             why = "by signal" if status == EXIT_SIGNALLED else f"after --max-minutes {self.run_cfg.max_minutes}"
             print(f"ba3c: stopped {why} at update {state.updates:,}; continue with --resume {self.run_dir}", flush=True)
         else:

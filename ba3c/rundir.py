@@ -1,5 +1,6 @@
-"""The run directory, written by rank 0 only: config.json, meta.json, progress.csv,
-TensorBoard events, the learning-curve PNG. Checkpoints live in its `checkpoints/`."""
+"""The run directory, written by rank 0 only: config.json, meta.json, progress.csv, events.csv (the
+collapse guard's actions), TensorBoard events, the learning-curve PNG. Checkpoints live in its
+`checkpoints/`."""
 from __future__ import annotations
 
 import csv
@@ -14,8 +15,12 @@ from typing import Any
 
 from ba3c.files import atomic_write, write_json
 
+# policy: the evaluation protocol's name (ba3c.evaluation.PROTOCOLS); its full record is in EVAL_PROTOCOL_FILE.
+# max_episode_steps: its episode cap (empty: gymnasium's own limit); truncated_episodes: episodes cut there;
+# anti_stuck_replaced: actions the paper protocol's anti-stuck rule replaced (empty: no such rule).
 EVAL_FIELDS = ["time_s", "frames", "updates", "policy", "episodes", "score_mean", "score_std", "score_median",
-               "score_min", "score_max", "length_mean"]
+               "score_min", "score_max", "length_mean", "max_episode_steps", "truncated_episodes", "anti_stuck_replaced"]
+EVAL_PROTOCOL_FILE = "eval-protocol.json"  # the latest periodic evaluation's protocol record
 PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
                    "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",
                    "entropy", "grad_norm", "lr",
@@ -24,7 +29,33 @@ PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_m
                    # cpu_s: CPU seconds of all ranks' processes since the run began (all threads, resumes
                    # included): core-hours that stay honest on a shared or oversubscribed machine
                    # rank 0's cumulative seconds per stage (differences between rows give a window's split)
-                   "t_env", "t_predict", "t_experience", "t_queue_put_wait", "t_queue_wait", "t_train", "t_allreduce"]
+                   "t_env", "t_predict", "t_experience", "t_queue_put_wait", "t_queue_wait", "t_train", "t_allreduce",
+                   # since the previous row: mean policy entropy, largest gradient norm (before clipping), the
+                   # collapse guard's worst verdict (healthy, suspect, collapsed); rollbacks so far in the run
+                   "entropy_mean", "grad_norm_max", "guard", "rollbacks"]
+# events.csv: one row per collapse-guard action (rollback, give_up, warn), with what it saw and its references
+EVENT_FIELDS = ["time_s", "frames", "updates", "event", "reason", "entropy", "entropy_ref", "grad_norm_max", "grad_ref",
+                "episode_length", "episode_length_ref", "snapshot_update", "lr_scale", "rollbacks"]
+
+
+def _truncate_csv(path: str, fields: list[str], keep_upto_updates: int) -> None:
+    """Drop rows logged after the checkpoint we resume from: they will be trained again."""
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("updates") and int(float(r["updates"])) <= keep_upto_updates]
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write(path, text.getvalue())
+
+
+def read_events(run_dir: str) -> list[dict[str, str]]:
+    """events.csv's rows (none when the guard never acted)."""
+    path = os.path.join(run_dir, "events.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 def now_iso() -> str:
@@ -67,8 +98,11 @@ class RunWriter:
         self.run_dir = run_dir
         os.makedirs(run_dir, exist_ok=True)
         self.csv_path = os.path.join(run_dir, "progress.csv")
-        if resume_updates is not None and os.path.exists(self.csv_path):
-            self._truncate_csv(resume_updates)
+        self.events_path = os.path.join(run_dir, "events.csv")
+        if resume_updates is not None:
+            for path, fields in ((self.csv_path, PROGRESS_FIELDS), (self.events_path, EVENT_FIELDS)):
+                if os.path.exists(path):
+                    _truncate_csv(path, fields, resume_updates)
         new = not os.path.exists(self.csv_path)
         self._csv = open(self.csv_path, "a", newline="")
         self._writer = csv.DictWriter(self._csv, fieldnames=PROGRESS_FIELDS, extrasaction="ignore")
@@ -77,16 +111,6 @@ class RunWriter:
         self._tb = tf.summary.create_file_writer(os.path.join(run_dir, "tb"))
         self._tf = tf
         self._lock = threading.Lock()  # the evaluation thread writes too
-
-    def _truncate_csv(self, keep_upto_updates: int) -> None:
-        """Drop rows logged after the checkpoint we resume from: they will be trained again."""
-        with open(self.csv_path, newline="") as fh:
-            rows = [r for r in csv.DictReader(fh) if r.get("updates") and int(float(r["updates"])) <= keep_upto_updates]
-        text = io.StringIO(newline="")
-        w = csv.DictWriter(text, fieldnames=PROGRESS_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-        atomic_write(self.csv_path, text.getvalue())
 
     def write_json(self, name: str, data: dict[str, Any]) -> None:
         write_json(os.path.join(self.run_dir, name), data)
@@ -107,6 +131,8 @@ class RunWriter:
         path = os.path.join(self.run_dir, "eval.csv")
         with self._lock:
             new = not os.path.exists(path)
+            if not new:
+                _upgrade_header(path, EVAL_FIELDS)
             with open(path, "a", newline="") as fh:
                 w = csv.DictWriter(fh, fieldnames=EVAL_FIELDS, extrasaction="ignore")
                 if new:
@@ -115,11 +141,38 @@ class RunWriter:
             self._scalars({f"eval/{k}": float(row[k]) for k in ("score_mean", "score_std", "score_median",
                                                                 "score_min", "score_max")}, step)
 
+    def log_event(self, row: dict[str, Any]) -> None:
+        """One collapse-guard action: a row of events.csv, written at once (a crash right after keeps it)."""
+        with self._lock:
+            new = not os.path.exists(self.events_path)
+            with open(self.events_path, "a", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=EVENT_FIELDS, extrasaction="ignore")
+                if new:
+                    w.writeheader()
+                w.writerow(row)
+                fh.flush()
+                os.fsync(fh.fileno())
+
     def close(self) -> None:
         with self._lock:
             self._csv.close()
         self._tb.flush()
         self._tb.close()
+
+
+def _upgrade_header(path: str, fields: list[str]) -> None:
+    """Rewrite a CSV written with other columns (a run resumed after they changed) under `fields`: old rows
+    keep their values, new columns are empty there, so appended rows line up with the header."""
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames == fields:
+            return
+        rows = list(reader)
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write(path, text.getvalue())
 
 
 def base_meta(dist_name: str, world_size: int) -> dict[str, Any]:
@@ -150,7 +203,15 @@ def plot_curve(run_dir: str) -> str | None:
         ax.set_xlabel(label)
         ax.set_ylabel("episode return (game score)")
         ax.grid(alpha=0.3)
-    axes[0].legend(loc="lower right", fontsize=8)
+    for e in read_events(run_dir):  # where the collapse guard acted
+        if e["event"] in ("rollback", "give_up", "warn"):
+            style = {"rollback": ("tab:red", "--"), "give_up": ("black", "-"), "warn": ("tab:orange", ":")}[e["event"]]
+            axes[0].axvline(float(e["frames"]), color=style[0], linestyle=style[1], alpha=0.6,
+                            label=f"collapse guard: {e['event']}")
+            axes[1].axvline(float(e["time_s"]) / 3600, color=style[0], linestyle=style[1], alpha=0.6)
+    handles, labels = axes[0].get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    axes[0].legend(unique.values(), unique.keys(), loc="lower right", fontsize=8)
     fig.suptitle(os.path.basename(os.path.abspath(run_dir)))
     fig.tight_layout()
     out = os.path.join(run_dir, "learning_curve.png")

@@ -18,10 +18,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ba3c import checkpoint as ckpt
-from ba3c.config import Config, data_ranks, global_batch, scaled_lr
+from ba3c.config import IMPLIED_BY_OLDER_CONFIGS, Config, data_ranks, global_batch, scaled_lr
 from ba3c.dist import Dist
 from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
+from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, Guard, IntervalRecorder, Plan
 from ba3c.learner import Learner, StepStats
 from ba3c.model import build_model, resolve_model_kind
 from ba3c.predictor import Predictor
@@ -40,11 +41,12 @@ class RankStats(NamedTuple):
     sim_s: dict[str, float]            # simulation thread's seconds per stage so far
     learn_s: dict[str, float]          # learner's seconds per stage so far
     cpu_s: float                       # this process's CPU seconds since it began training
+    entropy: float                     # this rank's policy entropy, mean over the updates since the last sync point
 
 
 def config_changes(old: dict[str, dict[str, Any]], new: Config) -> dict[str, list[Any]]:
     """Option -> [old value, new value] for every option a resume changes (the resume path aside)."""
-    before = {k: v for group in old.values() for k, v in group.items()}
+    before = {**IMPLIED_BY_OLDER_CONFIGS, **{k: v for group in old.values() for k, v in group.items()}}
     after = {k: v for group in new.to_dict().values() for k, v in group.items()}
     return {k: [before.get(k), v] for k, v in after.items() if before.get(k) != v and k != "resume"}
 
@@ -68,6 +70,11 @@ class Trainer:
         self.state = state.broadcast(dist)
         self.learner.broadcast_from_root()
         self.learner.updates = self.state.updates
+        # Adam's step count is where the lr schedule stands (it differs from `updates` after a rollback)
+        self.learner.lr_step = int(self.learner.opt.iterations.numpy())
+        self.guard = Guard(cfg.run, dist.is_root, self.state.lr_scale)
+        self.learner.lr_scale = self.state.lr_scale  # earlier rollbacks' lr cuts hold for the whole run
+        self.interval = IntervalRecorder()
         self.frames_per_update = global_batch(cfg, dist.size) * spec.frames_per_step
         # Frames so far come from the checkpoint: a resume may change the world size, hence frames per update.
         self.total_updates = self.state.updates + max(
@@ -76,6 +83,8 @@ class Trainer:
         self._build_workers()
         self.stats: StepStats | None = None  # the last update's
         self.last_checkpoint_t = 0.0
+        k = cfg.run.keep_every_frames  # the next multiple of it past which a kept checkpoint is due
+        self.next_keep = (self.state.frames // k + 1) * k if k else 0
 
     def _build_pipeline(self) -> None:
         s, l = self.cfg.sim, self.cfg.learn
@@ -86,7 +95,8 @@ class Trainer:
         # ALE builds its emulators in one C++ call under the GIL (minutes for thousands of them)
         with self.flag.fatal_during_c_call() if self.spec.kind == "atari" else contextlib.nullcontext():
             self.sim = make_simulator(self.spec, s.num_envs * k, s.predict_batch * k,
-                                      s.env_threads or cores_available(), s.max_episode_frames)
+                                      s.env_threads or cores_available(), s.max_episode_frames,
+                                      fire_after_life_loss=s.life_loss == "terminal")
         self.model_kind = resolve_model_kind(l.model, self.sim.obs_shape)
         self.model = build_model(self.model_kind, self.sim.obs_shape, self.sim.num_actions, seed=s.seed)  # same init on every rank
         self.lr = scaled_lr(self.cfg, self.dist.size)
@@ -105,6 +115,11 @@ class Trainer:
         if "cpu_s" not in c.meta:
             print("ba3c: this checkpoint predates CPU accounting; cpu_s counts from this resume", file=sys.stderr)
         state = RunState.from_meta(c.meta)
+        if state.lr_scale != 1.0 and any(k in changes for k in ("lr", "lr_scaling", "lr_ref_batch")):
+            # a learning rate chosen on resume replaces the cut the collapse guard made
+            print(f"ba3c: the learning rate changes on resume: the collapse guard's lr cut (x{state.lr_scale:g}) "
+                  f"is dropped")
+            state.lr_scale = 1.0
         print(f"ba3c: resuming from {c.path} (update {state.updates:,}, {state.frames:,} frames; "
               f"trained on {c.meta.get('world_size')} ranks, now {self.dist.size})")
         return state, changes
@@ -127,7 +142,7 @@ class Trainer:
         # a rehearsal's k ranks' simulators take the k consecutive blocks those ranks would have.
         env_seed = (s.seed + rank * k) * s.num_envs + self.state.updates * 7919
         exp = Experience(s.num_envs * k, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch * k,
-                         clip_rewards=self.spec.kind == "atari")
+                         clip_rewards=self.spec.kind == "atari", life_loss_terminal=s.life_loss == "terminal")
         learner = self.learner
         self.sim_thread = SimulationThread(sim, Predictor(self.model, sim.obs_shape, sim.obs_dtype), exp, rng,
                                            env_seed, r.queue_batches, policy_version=lambda: learner.updates)
@@ -158,18 +173,24 @@ class Trainer:
         return self._finish(status)
 
     def _start(self) -> None:
+        if self.guard.needs_snapshots:  # the state this process starts from: the first rollback target
+            self.guard.take_snapshot(self.state.updates, self.learner.state_arrays())
         self.state.start_clocks()
         self.last_checkpoint_t = self.state.t_start
         if self.evaluator is not None:
             self.evaluator.start()
         self.sim_thread.start()
-        self.watchdog.start()
+        if self.dist.size > 1:
+            # It guards the allreduce (a lost or stuck rank). One process has none, and its start-up
+            # (thousands of emulators in a rehearsal, on a loaded machine) may outlast any timeout.
+            self.watchdog.start()
 
     def _last_update(self) -> bool:
         return self.state.updates == self.total_updates
 
     def _train(self, batch: TrainBatch) -> None:
         self.stats = self.learner.train(batch)
+        self.interval.add(self.stats.entropy, self.stats.grad_norm)
         self.learn_timers.seconds["train"] += self.stats.train_s - self.stats.allreduce_s
         self.learn_timers.seconds["allreduce"] += self.stats.allreduce_s
         self.state.updates += 1
@@ -180,22 +201,56 @@ class Trainer:
             raise self.sim_thread.error
 
     def _sync(self) -> int | None:
-        """Every rank, in the same order: gather statistics to rank 0, vote on stopping.
-        Returns the exit status when the run stops here, else None."""
+        """Every rank, in the same order: gather statistics to rank 0, the collapse guard's plan, vote on
+        stopping. Returns the exit status when the run stops here, else None."""
         r = self.cfg.run
-        mine = RankStats([(e.score, e.length) for e in self.sim_thread.drain_episodes()],
-                         dict(self.sim_thread.timers.seconds), dict(self.learn_timers.seconds), self.state.cpu_here())
+        episodes = [(e.score, e.length) for e in self.sim_thread.drain_episodes()]
+        mine = RankStats(episodes, dict(self.sim_thread.timers.seconds), dict(self.learn_timers.seconds),
+                         self.state.cpu_here(), self.interval.entropy_mean())
         gathered = self.dist.gather(mine)
+        plan = self._guard(gathered)  # None on ranks > 0 when the guard only warns
         timed_out = r.max_minutes > 0 and time.time() - self.state.t_start > r.max_minutes * 60
         stop = self.dist.any_true(self.flag.received is not None or timed_out)
         if self.report is not None:
-            assert gathered is not None
-            self._sync_root(gathered, stop)
+            assert gathered is not None and plan is not None
+            self._sync_root(gathered, stop, plan)
+        if plan is not None and plan.action == "give_up":
+            return EXIT_COLLAPSED
         if not stop:
             return None
         return 0 if (timed_out and self.flag.received is None) else EXIT_SIGNALLED
 
-    def _sync_root(self, gathered: list[RankStats], stop: bool) -> None:
+    def _guard(self, gathered: list[RankStats] | None) -> Plan | None:
+        """Rank 0 judges the interval and plans; in rollback mode every rank receives the plan and carries
+        it out at this same update (snapshot, or restore weights and Adam state)."""
+        plan = None
+        if gathered is not None:
+            lengths = [n for g in gathered for _, n in g.episodes]
+            plan = self.guard.plan(self.interval.take(self.state.updates, [g.entropy for g in gathered], lengths))
+        self.interval.clear()
+        if not self.guard.needs_snapshots:  # warn mode: rank 0 reports, nobody else acts
+            return plan
+        if self.dist.size > 1:
+            plan = self.dist.broadcast_obj(plan)
+        assert plan is not None
+        if plan.action == "snapshot":
+            self.guard.take_snapshot(self.state.updates, self.learner.state_arrays())
+        elif plan.action in ("rollback", "give_up"):
+            self.learner.load_state_arrays(self.guard.restore(plan), "the guard's snapshot")
+            # batches already queued were played by the collapsed policy
+            self.sim_thread.discard_queued()
+            self.learner.lr_scale = self.state.lr_scale = self.guard.lr_scale
+            self.learner.lr_step = plan.target  # the warm-up goes back with Adam's state
+            if plan.action == "rollback":
+                self.state.rollbacks += 1
+            if self.dist.size > 1:  # every rank restored its own copy: check that they are the same
+                sums = self.dist.gather(self.learner.weights_checksum())
+                if sums is not None and len(set(sums)) > 1:
+                    raise RuntimeError(f"ranks disagree after the rollback to update {plan.target:,} "
+                                       f"(weight checksums {sums})")
+        return plan
+
+    def _sync_root(self, gathered: list[RankStats], stop: bool, plan: Plan) -> None:
         """Rank 0 at a sync point: count, report, evaluate and checkpoint when they are due."""
         assert self.report is not None and self.stats is not None
         r = self.cfg.run
@@ -203,30 +258,40 @@ class Trainer:
         self.state.episodes += len(episodes)
         self.state.cpu_s = self.state.prior_cpu_s + sum(g.cpu_s for g in gathered)
         now = time.time()
-        self.report.sync(self.state, episodes, {**gathered[0].sim_s, **gathered[0].learn_s}, self.stats,
-                         self.learner.current_lr(), now, force=stop or self._last_update())
+        self.report.guard(plan, self.state, self.state.elapsed(now))
+        self.report.sync(self.state, episodes, {**gathered[0].sim_s, **gathered[0].learn_s}, self.stats, plan.stats,
+                         plan.verdict.state, self.learner.current_lr(), now,
+                         force=stop or self._last_update() or plan.action not in ("none", "snapshot"))
         if self.evaluator is not None and self.state.frames >= self.next_eval:
             self.evaluator.submit([np.array(w) for w in self.model.get_weights()], self.state.frames,
                                   self.state.updates, self.state.elapsed(now))
             self.next_eval += r.eval_every_frames
-        if now - self.last_checkpoint_t >= r.checkpoint_interval_min * 60 and not stop:
-            self._save_checkpoint()
+        # Never over a good checkpoint with a collapsed state: a checkpoint due now waits for an interval that
+        # is not collapsed (after a rollback the restored state is written at the next one).
+        keep_due = bool(r.keep_every_frames) and self.state.frames >= self.next_keep
+        due = keep_due or now - self.last_checkpoint_t >= r.checkpoint_interval_min * 60
+        if due and not stop and plan.verdict.state != COLLAPSED:
+            self._save_checkpoint(kept=keep_due)
             self.last_checkpoint_t = now
+            if keep_due:
+                self.next_keep = (self.state.frames // r.keep_every_frames + 1) * r.keep_every_frames
 
     def _evaluate(self, model, updates: int) -> dict[str, Any]:
         """The periodic evaluation, run by the evaluation thread on a snapshot of the weights."""
         r = self.cfg.run
+        cap = None if r.eval_policy == "paper" else self.cfg.sim.max_episode_frames  # None: the paper's own cap
         return evaluate_model(model, self.spec, r.eval_episodes, r.eval_policy, num_envs=min(r.eval_episodes, 16),
-                              max_episode_frames=self.cfg.sim.max_episode_frames, seed=10_000 + updates, num_threads=1)
+                              max_episode_frames=cap, seed=10_000 + updates, num_threads=1,
+                              fire_after_life_loss=self.cfg.sim.life_loss == "terminal")
 
-    def _save_checkpoint(self) -> None:
+    def _save_checkpoint(self, kept: bool = False) -> None:
         assert self.report is not None
         meta = {**self.state.to_meta(), "world_size": self.dist.size, "rehearse_ranks": self.cfg.run.rehearse_ranks,
                 "config": self.cfg.to_dict(),
                 "rng": {"seed": self.cfg.sim.seed}, "model": self.model_kind, "num_actions": self.sim.num_actions,
                 "obs_shape": list(self.sim.obs_shape)}
         path = ckpt.save(self.ckpt_dir, self.state.updates, self.learner.state_arrays(), meta,
-                         self.cfg.run.keep_checkpoints)
+                         self.cfg.run.keep_checkpoints, kept=kept)
         self.report.checkpoint_written(path)
 
     # ---- the end

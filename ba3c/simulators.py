@@ -5,9 +5,16 @@ answers exactly that batch. Both implementations auto-reset in gymnasium's NEXT_
 observation returned with `terminated` or `truncated` is the episode's last one, and the action
 sent for it is ignored because the next `recv` for that environment returns a fresh episode.
 Rewards returned are the raw game rewards; the experience stage clips them for learning.
+
+Atari games with lives also report `life_lost`: a life was lost in the step and the game goes on
+(`terminated` stays the real game over). ALE's own `life_loss_info` flag is not used because it
+sets `terminated` for both, and the statistics need games; its `episodic_life` resets the whole
+game on every lost life. ALE presses FIRE only when a game starts; with `fire_after_life_loss`
+the simulator answers an observation that lost a life with FIRE (games without FIRE: unchanged).
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
@@ -33,7 +40,7 @@ class EnvSpec:
 
     @property
     def frames_per_step(self) -> int:
-        return 4 if self.kind == "atari" else 1  # ALE frameskip
+        return ATARI.frameskip if self.kind == "atari" else 1
 
 
 @dataclass
@@ -43,6 +50,7 @@ class Batch:
     terminated: np.ndarray   # (B,) bool
     truncated: np.ndarray    # (B,) bool
     env_ids: np.ndarray      # (B,) int
+    life_lost: np.ndarray | None = None  # (B,) bool: a life was lost in that step, the game goes on; None: no lives
 
 
 class Simulator(Protocol):
@@ -86,8 +94,27 @@ def resolve_env(name: str) -> EnvSpec:
     raise UnknownEnvError(f"--env: unknown game or environment '{name}'.{hint}")
 
 
-# AtariVectorEnv's default preprocessing: 4 stacked 84x84 grey frames (uint8).
-ATARI_OBS_SHAPE = (4, 84, 84)
+@dataclass(frozen=True)
+class AtariSettings:
+    """The ALE settings of every Atari simulator here, training and evaluation alike (AtariVectorEnv's
+    keyword arguments): its defaults, the usual "ALE v5 without sticky actions" preprocessing. Passed
+    explicitly so that evaluation records can state what was played."""
+
+    frameskip: int = 4                        # agent steps repeat the action for 4 emulator frames
+    repeat_action_probability: float = 0.0    # no sticky actions
+    full_action_space: bool = False           # the game's minimal action set
+    noop_max: int = 30                        # episodes start after 0-30 random no-ops
+    use_fire_reset: bool = True               # FIRE at each episode start (not after a lost life)
+    episodic_life: bool = False               # an episode is a whole game
+    maxpool: bool = True                      # max over the last two frames of each step
+    grayscale: bool = True
+    stack_num: int = 4
+    img_height: int = 84
+    img_width: int = 84
+
+
+ATARI = AtariSettings()
+ATARI_OBS_SHAPE = (ATARI.stack_num, ATARI.img_height, ATARI.img_width)  # stacked grey frames, uint8
 
 
 @dataclass(frozen=True)
@@ -116,24 +143,37 @@ class AtariSimulator:
     """ALE's C++ vector env; async when predict_batch < num_envs (first ready envs are returned)."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, predict_batch: int, num_threads: int,
-                 max_episode_frames: int) -> None:
+                 max_episode_frames: int, fire_after_life_loss: bool = False) -> None:
+        from ale_py import Action
         from ale_py.vector_env import AtariVectorEnv
 
         self.spec = spec
         self.num_envs, self.predict_batch = num_envs, predict_batch
         self._env = AtariVectorEnv(spec.name, num_envs, batch_size=predict_batch, num_threads=num_threads,
                                    max_num_frames_per_episode=max_episode_frames, reward_clipping=False,
-                                   autoreset_mode="NextStep")
+                                   autoreset_mode="NextStep", **dataclasses.asdict(ATARI))
         self.obs_shape = tuple(self._env.single_observation_space.shape)
         self.obs_dtype = np.dtype(np.uint8)
         self.num_actions = int(self._env.single_action_space.n)
+        action_set = list(self._env.ale.get_action_set())
+        # Index of FIRE in the minimal action set, when it is to be pressed after a lost life.
+        self.fire_action: int | None = action_set.index(Action.FIRE) if (
+            fire_after_life_loss and Action.FIRE in action_set) else None
+        self._lives = np.zeros(num_envs, np.int64)  # per environment, as of its last observation
+        self._fire_now: np.ndarray | None = None    # over the last batch: answer with FIRE
         self._last_ids: np.ndarray | None = None
 
     def _batch(self, out: tuple) -> Batch:
         obs, rew, term, trunc, info = out
         ids = np.asarray(info["env_id"])
+        term = np.asarray(term, bool)
+        lives = np.asarray(info["lives"], np.int64)
+        # ALE's own test (fewer lives, some left), minus game overs; a fresh game only ever adds lives
+        life_lost = (lives < self._lives[ids]) & (lives > 0) & ~term
+        self._lives[ids] = lives
         self._last_ids = ids
-        return Batch(obs, np.asarray(rew, np.float32), np.asarray(term, bool), np.asarray(trunc, bool), ids)
+        self._fire_now = life_lost if self.fire_action is not None else None
+        return Batch(obs, np.asarray(rew, np.float32), term, np.asarray(trunc, bool), ids, life_lost)
 
     def reset(self, seed: int) -> Batch:
         obs, info = self._guard(lambda: self._env.reset(seed=seed))
@@ -144,7 +184,14 @@ class AtariSimulator:
         return self._batch(self._guard(self._env.recv))
 
     def send(self, actions: np.ndarray) -> None:
-        self._guard(lambda: self._env.send(actions.astype(np.int32, copy=False)))
+        self._guard(lambda: self._env.send(self._with_fire(actions)))
+
+    def _with_fire(self, actions: np.ndarray) -> np.ndarray:
+        """The actions to play: FIRE for the environments whose last observation lost a life, if asked."""
+        a = actions.astype(np.int32, copy=False)
+        if self._fire_now is not None and self._fire_now.any():
+            a = np.where(self._fire_now, np.int32(self.fire_action), a).astype(np.int32)  # a new array: the caller's stays
+        return a
 
     def _guard(self, fn):  # type: ignore[no-untyped-def]
         try:
@@ -203,10 +250,24 @@ class GymSimulator:
             e.close()
 
 
+def action_names(spec: EnvSpec) -> list[str] | None:
+    """The names of the simulator's actions in index order (Atari: ALE's minimal action set, e.g.
+    NOOP, FIRE, RIGHT, LEFT for Breakout); None where the environment does not name them."""
+    if spec.kind != "atari":
+        return None
+    from ale_py import ALEInterface, LoggerMode, roms
+
+    ALEInterface.setLoggerMode(LoggerMode.Error)  # no banner on stdout
+    ale = ALEInterface()
+    ale.loadROM(roms.get_rom_path(spec.name))
+    actions = ale.getLegalActionSet() if ATARI.full_action_space else ale.getMinimalActionSet()
+    return [a.name for a in actions]
+
+
 def make_simulator(spec: EnvSpec, num_envs: int, predict_batch: int, num_threads: int,
-                   max_episode_frames: int) -> Simulator:
+                   max_episode_frames: int, fire_after_life_loss: bool = False) -> Simulator:
     """Atari: asynchronous, `predict_batch` ready environments per recv(). Gymnasium: synchronous,
-    the whole vector is one batch (`predict_batch`, `num_threads` and the frame cap do not apply)."""
+    the whole vector is one batch (`predict_batch`, `num_threads`, the frame cap and FIRE do not apply)."""
     if spec.kind == "atari":
-        return AtariSimulator(spec, num_envs, predict_batch, num_threads, max_episode_frames)
+        return AtariSimulator(spec, num_envs, predict_batch, num_threads, max_episode_frames, fire_after_life_loss)
     return GymSimulator(spec, num_envs)

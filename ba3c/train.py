@@ -9,7 +9,7 @@ import tempfile
 import traceback
 from typing import Sequence
 
-from ba3c.config import PRESETS, Config, ConfigError, build_parser, check_world, config_from_dict, load_json
+from ba3c.config import PRESETS, Config, ConfigError, build_parser, check_world, load_json, saved_config
 
 # Options that change the network or what it is trained on: a resume may not change them.
 MODEL_DEFINING = ("env", "model")
@@ -26,7 +26,7 @@ def resolve(argv: Sequence[str] | None) -> tuple[Config, bool]:
         if not os.path.isfile(saved):
             raise ConfigError(f"--resume: '{resume_dir}' is not a run directory (no config.json in it)")
         with open(saved) as fh:
-            old = config_from_dict(json.load(fh))
+            old = saved_config(json.load(fh))
         values.update({k: v for g in old.to_dict().values() for k, v in g.items()})
         for k in MODEL_DEFINING:
             if k in ns and ns[k] != values[k]:
@@ -89,6 +89,9 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
     try:
         cfg, resume = resolve(argv)
         spec = resolve_env(cfg.sim.env)
+        if cfg.sim.life_loss != "ignore" and spec.kind != "atari":
+            raise ConfigError(f"--life-loss {cfg.sim.life_loss}: {cfg.sim.env} has no lives (only Atari games do); "
+                              f"use --life-loss ignore")
         check_world(cfg, dist_mod.world_size_hint())
         _check_fits(cfg, spec)
         run_dir = cfg.run.run_dir or default_run_dir(spec.name)

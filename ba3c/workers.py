@@ -84,6 +84,16 @@ class SimulationThread(threading.Thread):
                 if self.error is not None:
                     raise self.error
 
+    def discard_queued(self) -> int:
+        """Drop the train batches waiting in the queue (after a rollback: the collapsed policy played them)."""
+        n = 0
+        while True:
+            try:
+                self.out.get_nowait()
+                n += 1
+            except queue.Empty:
+                return n
+
     def drain_episodes(self) -> list[Episode]:
         with self._lock:
             eps, self._episodes = self._episodes, []

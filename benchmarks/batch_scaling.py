@@ -14,7 +14,12 @@ for the Nature CNN with Adam's state; git-ignored: copy that folder to another m
 the point there, the run directory under runs/ is not needed). Writes
 benchmarks/results/batch_scaling.{json,png} from every point's progress.csv (copied to
 benchmarks/results/batch_scaling-GAME-POINT-progress.csv, so curves survive the run directory),
-with each point's state: reached, stopped at the cap, or partial.
+with each point's state: reached, stopped at the cap, partial, or abandoned.
+
+A point that will not reach the target (e.g. a collapsed run) is given up with
+    python -m benchmarks.batch_scaling --abandon 2048:sqrt --reason "collapsed at update 80"
+which records it in benchmarks/results/batch_scaling-abandoned.json: `--run next` skips it and the
+JSON reports it as abandoned, with the reason (the time-to-score projection counts it as not reached).
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from benchmarks.harness import Row
 from benchmarks.time_to_score import first_reach
 from benchmarks.time_to_score import main as time_to_score
 
-BASE_BATCH = {"sqrt": 64, "linear": 64, "paper": 32}  # per rehearsed rank: the default preset's, the paper's
+BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32}  # per rehearsed rank: the default preset's, the paper's
 DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:paper"
 # The committed one-rank Pong run (default config: global batch 64, lr 5e-4 by the sqrt rule at its reference)
 EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
@@ -40,7 +45,7 @@ EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
 @dataclass(frozen=True)
 class Point:
     global_batch: int
-    rule: str  # sqrt | linear (ba3c's --lr-scaling at the default preset) | paper (--preset paper: fixed 1e-3)
+    rule: str  # sqrt | linear | none (ba3c's --lr-scaling at the default preset) | paper (--preset paper: fixed 1e-3)
 
     @property
     def name(self) -> str:
@@ -62,13 +67,14 @@ class PointResult:
     point: str
     global_batch: int
     rule: str
-    state: str                  # reached | frame cap | partial (stopped by the time budget; resumable)
+    state: str                  # reached | frame cap | partial (stopped by the time budget; resumable) | abandoned
     frames_to_target: int | None
     frames_total: int
     best_return_mean20: float | None
     wall_hours: float | None    # trainer wall time so far (all invocations)
     cpu_hours: float | None     # CPU time of the trainer process so far
     source: str
+    note: str = ""              # why an abandoned point was given up
 
 
 def parse_point(text: str) -> Point:
@@ -109,11 +115,37 @@ def summarize(args: argparse.Namespace, p: Point) -> PointResult | None:
     hit = first_reach(rows, args.target, "return_mean20")
     last = rows[-1]
     frames = int(last["frames"])
-    state = "reached" if hit else ("frame cap" if frames >= args.frame_cap else "partial")
+    note = abandoned(args).get(f"{args.env.lower()}-{p.name}", "")
+    state = "reached" if hit else ("frame cap" if frames >= args.frame_cap else ("abandoned" if note else "partial"))
     best = max((float(r["return_mean20"]) for r in rows if r.get("return_mean20")), default=None)
     cpu = float(last["cpu_s"]) / 3600 if last.get("cpu_s") else None
     return PointResult(p.name, p.global_batch, p.rule, state, int(hit["frames"]) if hit else None, frames, best,
-                       float(last["time_s"]) / 3600, cpu, os.path.relpath(source, harness.ROOT))
+                       float(last["time_s"]) / 3600, cpu, os.path.relpath(source, harness.ROOT), note)
+
+
+def abandoned_path(args: argparse.Namespace) -> str:
+    return os.path.join(args.out, "batch_scaling-abandoned.json")
+
+
+def abandoned(args: argparse.Namespace) -> dict[str, str]:
+    """GAME-POINT -> why it was given up."""
+    try:
+        with open(abandoned_path(args)) as fh:
+            return dict(json.load(fh))
+    except FileNotFoundError:
+        return {}
+
+
+def abandon(args: argparse.Namespace, p: Point, reason: str) -> None:
+    if not reason.strip():
+        raise SystemExit("batch_scaling: --abandon needs --reason TEXT (what the curve showed)")
+    marks = {**abandoned(args), f"{args.env.lower()}-{p.name}": reason.strip()}
+    os.makedirs(args.out, exist_ok=True)
+    tmp = abandoned_path(args) + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(marks, fh, indent=2, sort_keys=True)
+    os.replace(tmp, abandoned_path(args))
+    print(f"batch_scaling: {p.name} abandoned: {reason.strip()}")
 
 
 def state_dir(args: argparse.Namespace, p: Point) -> str:
@@ -171,7 +203,7 @@ def plot(results: list[PointResult], args: argparse.Namespace, points: list[Poin
     ax1.axhline(args.target, color="grey", ls=":")
     ax1.set(xlabel="frames (M)", ylabel="training return, mean of last 20", title=f"{args.env}: return against frames")
     ax1.legend(fontsize=8)
-    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("paper", "^")):
+    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^")):
         done = [r for r in results if r.rule == rule]
         reached = [r for r in done if r.frames_to_target]
         ax2.plot([r.global_batch for r in reached], [r.frames_to_target / 1e6 for r in reached], marker, ls="-",
@@ -201,7 +233,8 @@ def analyze(args: argparse.Namespace, points: list[Point]) -> list[PointResult]:
     for r in results:
         ftt = f"{r.frames_to_target:,}" if r.frames_to_target else "-"
         best = f"{r.best_return_mean20:.1f}" if r.best_return_mean20 is not None else "-"
-        print(f"{r.point:<16}{r.state:<11}{ftt:>18}{r.frames_total:>15,}{best:>14}{r.wall_hours or 0:>8.2f}")
+        print(f"{r.point:<16}{r.state:<11}{ftt:>18}{r.frames_total:>15,}{best:>14}{r.wall_hours or 0:>8.2f}"
+              + (f"  ({r.note})" if r.note else ""))
     return results
 
 
@@ -216,13 +249,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frame-cap", type=int, default=40_000_000)
     p.add_argument("--max-hours", type=float, default=2.0, help="this invocation's budget for the point")
     p.add_argument("--nice", type=int, default=10)
+    p.add_argument("--abandon", default="", help="give up a point (GLOBAL_BATCH:RULE) that will not reach the target; "
+                                                 "needs --reason")
+    p.add_argument("--reason", default="", help="with --abandon: what the curve showed")
     p.add_argument("--runs-dir", default=os.path.join("runs", "batch_scaling"))
     p.add_argument("--out", default=harness.RESULTS)
     args = p.parse_args(argv)
     points = [parse_point(t) for t in args.points.split(",") if t]
-    if args.run and not args.analyze_only:
+    if args.abandon:
+        abandon(args, parse_point(args.abandon), args.reason)
+    elif args.run and not args.analyze_only:
         if args.run == "next":
-            todo = [q for q in points if (s := summarize(args, q)) is None or s.state == "partial"]
+            todo = [q for q in points if (s := summarize(args, q)) is None or s.state == "partial"]  # not abandoned
             if not todo:
                 print("batch_scaling: every point is finished")
             else:

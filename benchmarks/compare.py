@@ -110,8 +110,12 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
     rows = []
     for ev in select(evals):
         pub = published.get(ev["game"], {})
-        cap = (ev.get("protocol") or {}).get("max_episode_frames")
-        note = f"cap {cap:,} frames" if cap is not None and cap != STANDARD_MAX_EPISODE_FRAMES else ""
+        proto = ev.get("protocol") or {}
+        cap, steps = proto.get("max_episode_frames"), proto.get("max_episode_steps")
+        notes = ["" if cap is None or cap == STANDARD_MAX_EPISODE_FRAMES
+                 else f"cap {steps:,} agent steps" if steps else f"cap {cap:,} frames",
+                 "FIRE after a lost life" if str(proto.get("fire_after_life_loss", "")).startswith("FIRE") else ""]
+        note = ", ".join(n for n in notes if n)
         rows.append(Row(game=ev["game"], policy=policy_label(ev), protocol_note=note,
                         mean=float(ev["score"]["mean"]), std=float(ev["score"]["std"]),
                         episodes=int(ev["episodes"]), frames=ev.get("frames"),
@@ -169,6 +173,11 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
         protocols = sorted({e.protocol for e in entries})
         citations = sorted({e.citation for e in entries})
         lines.append(f"* **{SOURCE_TITLES[s]}**: {'; '.join(protocols)}. {' / '.join(citations)}.")
+    if any(r.policy == "paper" for r in rows):
+        lines.append("* Our **paper** protocol is the BA3C authors' evaluation (argmax, a random action with probability "
+                     "0.001, action 1 (FIRE) at 30 identical choices in a row, episodes capped at 40,000 agent steps) "
+                     "on our environment (ALE, frameskip 4, no sticky actions); they played gym's *-v0 games (sticky "
+                     "actions 0.25, frameskip 2-4). Our **greedy** rows are plain argmax, without the anti-stuck rule.")
     if "gorila" in shown:
         lines.append("* Gorila's numbers are from its human-starts evaluation (episodes start from states "
                      "sampled from human play), a harder protocol than our no-op starts.")

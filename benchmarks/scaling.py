@@ -12,7 +12,12 @@
    t_allreduce(r) = a + 2(r-1)/r * bytes / bandwidth + 2(r-1) * latency (ring allreduce),
    a, latency, bandwidth fitted to the sweep; t_compute from the 1-rank run.
 4. Projection (modelled, labelled so): frames/s and efficiency for 1..128 nodes of a stated node
-   on stated networks, global batch up to 2048.
+   on stated networks, global batch up to 2048; a node's cores scale by Amdahl's law fitted to
+   measured speedups (this machine's 1 vs 2 threads, the 16-core device's train step), beside the
+   old linear assumption.
+5. Time to a score (modelled): minutes to Pong 18 against nodes = frames to 18 at that global batch
+   (measured by benchmarks/batch_scaling.py, interpolated between measured batches) / projected
+   frames/s, beside ideal linear scaling and the paper's 21 minutes on 64 nodes.
 Writes scaling.json and scaling.png in --out, and prints a table.
 """
 from __future__ import annotations
@@ -32,7 +37,8 @@ import numpy as np
 
 from benchmarks import harness
 from benchmarks import scaling_model as sm
-from benchmarks.scaling_results import AllreduceSweep, Analysis, Measurement, ScalingData, analyze, to_json
+from benchmarks.scaling_results import (AllreduceSweep, Analysis, Measurement, ScalingData, analyze,
+                                        frames_from_batch_scaling, to_json)
 
 
 @dataclass(frozen=True)
@@ -196,9 +202,27 @@ def measure(args: argparse.Namespace, s: Settings, ranks: list[int], reps: int, 
         save()
 
 
+PAPER_MINUTES = 21.0  # arXiv 1801.02852: 21 minutes on 64 nodes (768 cores); their game and threshold, not Pong 18
+
+
+def plot_time_to_score(ax, a: Analysis) -> None:
+    tts = a.time_to_score or {}
+    for exchange, style in (("sync", "o-"), ("overlap", "^--")):
+        pts = [p for p in tts.get("by_exchange", {}).get(exchange, []) if p["minutes"] is not None]
+        if pts:
+            ax.plot([p["nodes"] for p in pts], [p["minutes"] for p in pts], style, label=f"PROJECTED, {exchange} exchange")
+    sync = [p for p in tts.get("by_exchange", {}).get("sync", []) if p["ideal_minutes"] is not None]
+    if sync:
+        ax.plot([p["nodes"] for p in sync], [p["ideal_minutes"] for p in sync], "k:", label="ideal linear (from 1 node)")
+    ax.plot([64], [PAPER_MINUTES], "r*", ms=12, label="paper: 21 min at 64 nodes (their game)")
+    ax.set_yscale("log")
+    ax.set_title(f"minutes to Pong 18 (modelled), {tts.get('network', '')}, {tts.get('node_model', '')} node",
+                 fontsize=8)
+
+
 def plot(data: ScalingData, a: Analysis, path: str) -> None:
     plt = harness.pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.5))
 
     def both(pts, style: str, label1: str, label2: str, **kw) -> None:
         if pts:
@@ -224,13 +248,16 @@ def plot(data: ScalingData, a: Analysis, path: str) -> None:
                      label="modelled (fit), this box")
     for name in sm.NETWORKS:
         for model in ("nature", "paper"):
-            pts = [p for p in a.projection if p.network == name and p.per_rank_batch == 32 and p.model == model
-                   and p.exchange == "sync"]
-            if pts:
-                ax2.plot([p.nodes for p in pts], [p.efficiency for p in pts], "--", alpha=0.7,
-                         label=f"PROJECTED {name}, {model} net, 32/node (2048 at 64)")
+            for node_model, style in (("linear (assumed)", ":"), ("fitted (Amdahl)", "--")):
+                pts = [p for p in a.projection if p.network == name and p.per_rank_batch == 32 and p.model == model
+                       and p.exchange == "sync" and p.node_model == node_model]
+                if pts:
+                    ax2.plot([p.nodes for p in pts], [p.efficiency for p in pts], style, alpha=0.7,
+                             label=f"PROJECTED {name}, {model} net, {node_model} node")
+    plot_time_to_score(ax3, a)
     for ax, xlabel, ylabel in ((ax1, "ranks (measured)", "frames/s, all ranks"),
-                               (ax2, "ranks / nodes", "weak-scaling efficiency")):
+                               (ax2, "ranks / nodes", "weak-scaling efficiency"),
+                               (ax3, "nodes", "minutes")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -261,11 +288,34 @@ def report(a: Analysis, node_cores: int) -> None:
         if f:
             print(f"fit {b}: overhead {1e3 * f.overhead_s:.2f} ms, latency {1e6 * f.latency_s:.1f} us, "
                   f"bandwidth {f.bandwidth_bytes_per_s / 1e9:.2f} GB/s (modelled from {f.points} points)")
+    if a.node_fit is not None:
+        f = a.node_fit
+        print(f"node model: {f.label}, serial fraction {f.serial:.3f}, speedup on {node_cores} cores "
+              f"{f.speedup(node_cores):.1f}x (linear: {node_cores}x), from: "
+              + "; ".join(f"{p.cores} cores {p.speedup:.2f}x [{p.source}]" for p in f.points))
     for pr in a.projection:
         if pr.nodes == 64 and pr.per_rank_batch == 32:
-            print(f"PROJECTED 64 nodes x {node_cores} cores, {pr.network}, {pr.model} net, {pr.exchange} exchange, "
-                  f"global batch 2048: {pr.frames_per_s:,.0f} frames/s, efficiency {pr.efficiency:.2f}, "
-                  f"allreduce share {pr.allreduce_share:.1%}")
+            print(f"PROJECTED 64 nodes x {node_cores} cores ({pr.node_model} node), {pr.network}, {pr.model} net, "
+                  f"{pr.exchange} exchange, global batch 2048: {pr.frames_per_s:,.0f} frames/s, "
+                  f"efficiency {pr.efficiency:.2f}, allreduce share {pr.allreduce_share:.1%}")
+    report_time_to_score(a)
+
+
+def report_time_to_score(a: Analysis) -> None:
+    tts = a.time_to_score
+    if not tts:
+        print("time to score: no batch-scaling result to project from (run benchmarks.batch_scaling)")
+        return
+    print(f"\nPROJECTED minutes to Pong 18 (MODELLED: measured frames to 18 at each global batch / projected frames/s; "
+          f"Nature CNN, {tts['network']}, {tts['node_model']} node, {tts['per_node_batch']} per node); "
+          f"paper: {PAPER_MINUTES:.0f} min at 64 nodes (its own game and threshold)")
+    print(f"{'nodes':>5} {'batch':>6} {'exchange':>9} {'frames to 18':>13} {'frames/s':>10} {'minutes':>8} "
+          f"{'ideal':>7}  frames from")
+    for exchange, rows in tts["by_exchange"].items():
+        for p in rows:
+            frames = "-" if p["frames_to_score"] is None else f"{p['frames_to_score'] / 1e6:.1f} M"
+            print(f"{p['nodes']:>5} {p['global_batch']:>6} {exchange:>9} {frames:>13} {p['frames_per_s']:>10,.0f} "
+                  f"{_f(p['minutes'], '>8.1f')} {_f(p['ideal_minutes'], '>7.1f')}  {p['frames_source']}")
     for pt in (a.prediction_from or {}).get("points", []):
         print(f"model from {a.prediction_from['file']}: {pt['ranks']} ranks predicted {pt['predicted']:.2f}, "
               f"measured {pt['measured']:.2f} (error {pt['error']:+.2f})")
@@ -297,6 +347,12 @@ def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Nam
     p.add_argument("--node-cores", type=int, default=24, help="cores of the projected node (paper: 24)")
     p.add_argument("--out", default=harness.RESULTS)
     p.add_argument("--name", default="scaling", help="output file stem")
+    p.add_argument("--batch-scaling", default=os.path.join(harness.RESULTS, "batch_scaling.json"),
+                   help="benchmarks/batch_scaling.py's result: frames to the score per global batch (for the "
+                        "time-to-score projection; '' for none)")
+    p.add_argument("--exposed", default="",
+                   help="measured exposed share of the exchange per mode, NAME=SHARE[,...] (e.g. from the exchange "
+                        "benchmark): adds projection rows t = compute + share x exchange")
     p.add_argument("--fit-from", default="", help="a scaling.json whose fitted model predicts this machine (error reported)")
     p.add_argument("--analyze-only", default="",
                    help="re-analyse and re-plot saved JSON instead of measuring (comma list: merged, e.g. one per cluster job)")
@@ -343,6 +399,26 @@ def run_measurements(args: argparse.Namespace, extra: list[str], json_path: str)
     return data
 
 
+def frames_to_score(path: str) -> list[sm.FramesToScore]:
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as fh:
+        return frames_from_batch_scaling(json.load(fh))
+
+
+def _exposed(p: argparse.ArgumentParser, text: str) -> dict[str, float]:
+    out = {}
+    for item in (x for x in text.split(",") if x):
+        name, _, share = item.partition("=")
+        try:
+            out[name] = float(share)
+        except ValueError:
+            p.error(f"--exposed {item}: expected NAME=SHARE with SHARE a number in [0, 1], e.g. in-graph=0.3")
+        if not 0.0 <= out[name] <= 1.0:
+            p.error(f"--exposed {item}: SHARE must be in [0, 1]")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p, args, extra = parse(argv)
     harness.exit_on_sigterm()
@@ -355,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit_from and os.path.exists(args.fit_from):
         with open(args.fit_from) as fh:
             other = json.load(fh)
-    a = analyze(data, args.node_cores, other, args.fit_from)
+    a = analyze(data, args.node_cores, other, args.fit_from, frames_to_score(args.batch_scaling),
+                _exposed(p, args.exposed))
     with open(json_path, "w") as fh:
         json.dump(to_json(data, a), fh, indent=1)
     try:

@@ -5,12 +5,20 @@ Ring allreduce of `bytes` over r ranks:
 fitted by least squares to measured (r, bytes, seconds) points. An update on r ranks:
     sync exchange:    t = t_compute + t_allreduce(r),   efficiency = t_compute / t
     overlap (ideal):  t = max(t_compute, t_allreduce(r))
+    measured exchange overlap: t = t_compute + exposed * t_allreduce(r)   (exposed: measured share)
 Weak-scaling efficiency of a measured run: its frames/s over r x one rank's (over one rank's for
 the `fat` layout, where every rank count shares the same cores).
+
+A node's rate on c cores (fitted, not assumed linear): Amdahl's law through measured speedups,
+    speedup(c) = c / (1 + serial (c - 1)).
+Time to a score on N nodes (modelled): frames to the score at global batch N x b (measured at a few
+batches, interpolated log-log between them) / the projected frames/s at N nodes.
+A link of line rate R carries TCP payload at R x (mtu - 52) / (mtu + framing) with full-size
+segments (benchmarks/shaped_links.py measures allreduce over such links).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -85,6 +93,40 @@ def t_allreduce(ranks: int, nbytes: float, fit: AllreduceFit) -> float:
             + 2 * (ranks - 1) * fit.latency_s)
 
 
+def ring_bytes_per_rank(ranks: int, nbytes: float) -> float:
+    """Bytes each rank sends (and receives) in a ring allreduce of `nbytes`: 2(r-1)/r x nbytes."""
+    return 2 * (ranks - 1) / ranks * nbytes if ranks > 1 else 0.0
+
+
+TCP_IP_HEADER_BYTES = 52  # IPv4 20 + TCP 20 + the timestamps option 12, in every segment
+QDISC_FRAMING_BYTES = 14  # the Ethernet header: what a Linux qdisc (tc tbf) counts besides the IP packet
+WIRE_FRAMING_BYTES = 38  # on a real Ethernet: header 14 + FCS 4 + preamble 8 + inter-frame gap 12
+
+
+def tcp_payload_bandwidth(line_bytes_per_s: float, mtu: int = 1500, framing_bytes: int = QDISC_FRAMING_BYTES) -> float:
+    """TCP payload bytes/s over a link of `line_bytes_per_s` with full-MTU segments."""
+    return line_bytes_per_s * (mtu - TCP_IP_HEADER_BYTES) / (mtu + framing_bytes)
+
+
+def fit_link_efficiency(samples: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least squares t = a + x / efficiency over (x, t) pairs, x the seconds at full line rate.
+
+    Returns (a, efficiency); None with fewer than 2 distinct x. A negative a is refitted as 0.
+    """
+    if len({x for x, _ in samples}) < 2:
+        return None
+    x, t = np.array([s[0] for s in samples]), np.array([s[1] for s in samples])
+    (a, k), *_ = np.linalg.lstsq(np.stack([np.ones_like(x), x], axis=1), t, rcond=None)
+    if a < 0:
+        a, k = 0.0, float(x @ t / (x @ x))
+    return float(a), 1.0 / float(k)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured: positive when the model is slower than what was measured."""
+    return (predicted - measured) / measured
+
+
 def predict_efficiency(ranks: int, t_compute: float, fit: AllreduceFit, floats: int = MODEL_FLOATS) -> float:
     """Modelled, sync exchange: no overlap of the exchange with compute (an upper bound on its cost)."""
     return t_compute / (t_compute + t_allreduce(ranks, BYTES_PER_FLOAT * floats, fit))
@@ -96,11 +138,59 @@ def weak_scaling_efficiency(frames_per_s: float, ranks: int, base_frames_per_s: 
 
 
 @dataclass(frozen=True)
+class SpeedupPoint:
+    """Measured: work on `cores` cores ran `speedup` times its rate on one core (`source` says what ran where)."""
+    cores: int
+    speedup: float
+    source: str
+
+
+@dataclass(frozen=True)
+class NodeFit:
+    """A node's speedup over one core: Amdahl's law, speedup(c) = c / (1 + serial (c - 1)).
+
+    serial = 0 is the old assumption (linear inside a node); otherwise fitted to `points`.
+    """
+    serial: float
+    points: tuple[SpeedupPoint, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return "fitted (Amdahl)" if self.points else "linear (assumed)"
+
+    def speedup(self, cores: int) -> float:
+        return cores / (1.0 + self.serial * (cores - 1))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"serial_fraction": self.serial, "label": self.label, "points": [asdict(p) for p in self.points],
+                "speedup_at": {str(c): self.speedup(c) for c in (1, 2, 4, 8, 12, 16, 24)}}
+
+
+LINEAR_NODE = NodeFit(0.0)
+
+
+def fit_node(points: Iterable[SpeedupPoint]) -> NodeFit | None:
+    """Least squares through the origin for c / s - 1 = serial (c - 1) (Amdahl, linear in `serial`).
+
+    Points with c < 2 carry no information and are dropped; none left: None. `serial` is clipped
+    to [0, 1] (super-linear noise would otherwise give a negative serial fraction).
+    """
+    pts = tuple(p for p in points if p.cores >= 2)
+    if not pts:
+        return None
+    x = np.array([p.cores - 1.0 for p in pts])
+    y = np.array([p.cores / p.speedup - 1.0 for p in pts])
+    serial = float(np.clip(x @ y / (x @ x), 0.0, 1.0))
+    return NodeFit(serial, pts)
+
+
+@dataclass(frozen=True)
 class NetModel:
     """A network to project: its per-node pipeline rate (agent steps/s) and gradient size."""
     name: str
     node_steps_per_s: float
     floats: int = MODEL_FLOATS  # the gradient message, in float32s
+    node_model: str = LINEAR_NODE.label
 
 
 @dataclass(frozen=True)
@@ -116,27 +206,31 @@ class ProjectionPoint:
     allreduce_share: float
     t_compute_ms: float
     t_allreduce_ms: float
+    node_model: str = LINEAR_NODE.label
     modelled: bool = True
 
 
-def net_models(per_core_steps: float, node_cores: int, train_rates: dict[str, Any] | None) -> list[NetModel]:
+def net_models(per_core_steps: float, node_cores: int, train_rates: dict[str, Any] | None,
+               node: NodeFit = LINEAR_NODE) -> list[NetModel]:
     """The Nature CNN at the measured rate, and the paper's network scaled by the measured ratio of the
-    two networks' train-step rates (training dominates the pipeline). Linear scaling inside a node."""
-    node_steps = per_core_steps * node_cores
-    nets = [NetModel("nature", node_steps)]
+    two networks' train-step rates (training dominates the pipeline); `node` scales one core to a node."""
+    node_steps = per_core_steps * node.speedup(node_cores)
+    nets = [NetModel("nature", node_steps, node_model=node.label)]
     if train_rates and "paper" in train_rates and "nature" in train_rates:
         ratio = (train_rates["paper"]["train_samples_per_s_1thread"]
                  / train_rates["nature"]["train_samples_per_s_1thread"])
-        nets.append(NetModel("paper", node_steps * ratio, int(train_rates["paper"]["params"])))
+        nets.append(NetModel("paper", node_steps * ratio, int(train_rates["paper"]["params"]), node.label))
     return nets
 
 
 def project(nets: Sequence[NetModel], overhead_s: float, batches: Sequence[int],
-            networks: dict[str, Link] = NETWORKS, frames_per_step: int = 4) -> list[ProjectionPoint]:
+            networks: dict[str, Link] = NETWORKS, frames_per_step: int = 4,
+            exposed: dict[str, float] | None = None) -> list[ProjectionPoint]:
     """Frames/s and efficiency for N nodes (one fat rank each) on each network. Modelled.
 
     Per-node compute time for a batch b: b / node rate. `sync`: the exchange is added to the
-    update; `overlap` (--exchange overlap): t = max(compute, exchange), an idealisation.
+    update; `overlap` (--exchange overlap): t = max(compute, exchange), an idealisation; each
+    `exposed` entry NAME: share adds t = compute + share x exchange (a measured exposed share).
     """
     out = []
     for name, link in networks.items():
@@ -146,7 +240,82 @@ def project(nets: Sequence[NetModel], overhead_s: float, batches: Sequence[int],
                 for n in (n for n in NODE_COUNTS if b * n <= MAX_GLOBAL_BATCH):
                     tc = b / net.node_steps_per_s
                     ta = t_allreduce(n, BYTES_PER_FLOAT * net.floats, fit)
-                    for exchange, t in (("sync", tc + ta), ("overlap", max(tc, ta))):
+                    times = [("sync", tc + ta), ("overlap", max(tc, ta))]
+                    times += [(ex, tc + share * ta) for ex, share in (exposed or {}).items()]
+                    for exchange, t in times:
                         out.append(ProjectionPoint(name, net.name, exchange, n, b, b * n, frames_per_step * n * b / t,
-                                                   tc / t, ta / (tc + ta), 1000 * tc, 1000 * ta))
+                                                   tc / t, ta / (tc + ta), 1000 * tc, 1000 * ta, net.node_model))
+    return out
+
+
+@dataclass(frozen=True)
+class FramesToScore:
+    """Measured: frames a run at `global_batch` needed to reach the score (None: not reached)."""
+    global_batch: int
+    frames: float | None
+    source: str = ""
+
+
+def frames_at_batch(measured: Sequence[FramesToScore], batch: int) -> tuple[float | None, str]:
+    """Frames to the score at `batch` and how that number was obtained.
+
+    At a measured batch: that measurement. Between two measured batches that both reached it:
+    interpolated linearly in log(frames) against log(batch). Below the smallest measured batch:
+    taken equal to it (assumed: smaller batches are not expected to need more frames). Above
+    the largest, or next to a batch that did not reach the score: None.
+    """
+    pts = sorted(measured, key=lambda m: m.global_batch)
+    if not pts:
+        return None, "no batch measured"
+    same = [m for m in pts if m.global_batch == batch]
+    if same:
+        return (same[0].frames, "measured") if same[0].frames else (None, _not_reached(same[0]))
+    lo = [m for m in pts if m.global_batch < batch]
+    hi = [m for m in pts if m.global_batch > batch]
+    if not hi:
+        return None, f"beyond the largest measured batch ({pts[-1].global_batch})"
+    up = hi[0]
+    if not up.frames:
+        return None, _not_reached(up)
+    if not lo:
+        return up.frames, f"assumed equal to batch {up.global_batch} (smallest measured)"
+    down = lo[-1]
+    if not down.frames:
+        return None, _not_reached(down)
+    w = (np.log(batch) - np.log(down.global_batch)) / (np.log(up.global_batch) - np.log(down.global_batch))
+    return float(np.exp((1 - w) * np.log(down.frames) + w * np.log(up.frames))), \
+        f"interpolated between batches {down.global_batch} and {up.global_batch}"
+
+
+def _not_reached(m: FramesToScore) -> str:
+    return f"not reached at batch {m.global_batch}" + (f" ({m.source})" if m.source else "")
+
+
+@dataclass(frozen=True)
+class TimeToScorePoint:
+    nodes: int
+    global_batch: int
+    frames_to_score: float | None
+    frames_source: str
+    frames_per_s: float
+    minutes: float | None
+    ideal_minutes: float | None  # one node's minutes / N
+    modelled: bool = True
+
+
+def project_time_to_score(points: Sequence[ProjectionPoint], measured: Sequence[FramesToScore]) -> list[TimeToScorePoint]:
+    """Minutes to the score against nodes: frames at that global batch / projected frames/s. Modelled.
+
+    `points`: one projection row per node count (one network, interconnect, exchange, batch).
+    """
+    rows = sorted(points, key=lambda p: p.nodes)
+    out: list[TimeToScorePoint] = []
+    one: float | None = None
+    for p in rows:
+        frames, how = frames_at_batch(measured, p.global_batch)
+        minutes = None if frames is None else frames / p.frames_per_s / 60.0
+        if p.nodes == 1:
+            one = minutes
+        out.append(TimeToScorePoint(p.nodes, p.global_batch, frames, how, p.frames_per_s, minutes,
+                                    None if one is None else one / p.nodes))
     return out

@@ -112,6 +112,8 @@ class Analysis:
     projection_node: dict[str, Any] | None = None
     projection: list[sm.ProjectionPoint] = field(default_factory=list)
     prediction_from: dict[str, Any] | None = None
+    node_fit: sm.NodeFit | None = None
+    time_to_score: dict[str, Any] | None = None
 
 
 def score(data: ScalingData) -> list[Scored]:
@@ -126,15 +128,48 @@ def score(data: ScalingData) -> list[Scored]:
     return out
 
 
-def _projection_node(data: ScalingData, node_cores: int) -> tuple[dict[str, Any], float]:
+# Measured on the lent 16-core device (../shared/device.md, 2026-11): the Nature CNN train step alone
+# (no simulators) at batch 32 ran 1,187 samples/s on one TF thread and 3,050 on 16. Until a 16-core
+# run of the whole trainer exists this is the only many-core point; labelled as a proxy.
+DEVICE_SPEEDUPS = (sm.SpeedupPoint(16, 3050.0 / 1187.0, "device.md: train step alone (proxy for the pipeline), "
+                                                         "batch 32, 16 vs 1 TF threads, 16-core Xeon"),)
+
+
+def node_speedups(data: ScalingData) -> list[sm.SpeedupPoint]:
+    """The pipeline's measured speedups on this machine (1-rank fat layout over 1 core), then the device's."""
     fat, base = data.base("fat"), data.base("core")
-    per_core_steps = fat.frames_per_s / 4 / fat.threads_per_rank if fat else base.frames_per_s / 4
+    here = []
+    if fat and base and fat.threads_per_rank > 1:
+        here.append(sm.SpeedupPoint(fat.threads_per_rank, fat.frames_per_s / base.frames_per_s,
+                                    f"this machine: whole trainer, 1 rank, {fat.threads_per_rank} vs 1 threads "
+                                    f"({data.machine.get('cpu')}, {data.date})"))
+    return here + list(DEVICE_SPEEDUPS)
+
+
+def _projection_node(data: ScalingData, node_cores: int, fit: sm.NodeFit) -> tuple[dict[str, Any], float]:
+    base = data.base("core")
+    per_core_steps = base.frames_per_s / 4
     node = {"cores": node_cores, "per_core_agent_steps_per_s": per_core_steps,
-            "source": f"measured 1-rank {'fat' if fat else 'core'} layout on {data.machine.get('cpu')}",
+            "source": f"measured: 1-rank core layout (1 thread) on {data.machine.get('cpu')}",
+            "node_fit": fit.to_json(),
             "networks": {k: asdict(v) for k, v in sm.NETWORKS.items()},
-            "assumptions": "linear scaling inside a node; allreduce not overlapped with compute (sync exchange); "
-                           "Horovod software overhead per allreduce as fitted on this machine"}
+            "assumptions": "network bandwidth and latency are nominal figures (sm.NETWORKS), not measured; "
+                           "Horovod software overhead per allreduce as fitted on this machine; "
+                           "projection rows say which node model they use (linear: the old assumption)"}
     return node, per_core_steps
+
+
+def time_to_score(projection: list[sm.ProjectionPoint], measured: list[sm.FramesToScore], network: str,
+                  node_model: str, per_rank_batch: int = 32) -> dict[str, Any]:
+    """Minutes to the score against nodes for the Nature CNN, per exchange mode (all modelled)."""
+    out: dict[str, Any] = {"network": network, "model": "nature", "node_model": node_model,
+                           "per_node_batch": per_rank_batch, "modelled": True,
+                           "frames_measured": [asdict(m) for m in measured], "by_exchange": {}}
+    for exchange in sorted({p.exchange for p in projection}):
+        rows = [p for p in projection if p.network == network and p.model == "nature" and p.exchange == exchange
+                and p.per_rank_batch == per_rank_batch and p.node_model == node_model]
+        out["by_exchange"][exchange] = [asdict(t) for t in sm.project_time_to_score(rows, measured)]
+    return out
 
 
 def _prediction_from(data: ScalingData, scored: list[Scored], path: str, other: dict[str, Any]) -> dict[str, Any] | None:
@@ -154,8 +189,13 @@ def _prediction_from(data: ScalingData, scored: list[Scored], path: str, other: 
 
 
 def analyze(data: ScalingData, node_cores: int, fit_from: dict[str, Any] | None = None,
-            fit_from_path: str = "") -> Analysis:
-    """Efficiencies, the fitted model and the projection, from the measured points (modelled parts say so)."""
+            fit_from_path: str = "", frames_to_score: list[sm.FramesToScore] | None = None,
+            exposed: dict[str, float] | None = None) -> Analysis:
+    """Efficiencies, the fitted model and the projection, from the measured points (modelled parts say so).
+
+    The projection is made twice: with a node's cores scaling linearly (the old assumption) and with
+    the node fit; `frames_to_score` (from the batch-scaling benchmark) adds minutes to the score.
+    """
     scored = score(data)
     fits = {b: sm.fit_allreduce(s for sweep in data.allreduce for s in sweep.samples(b)) for b in ("horovod", "mpi")}
     base, hfit = data.base("core"), fits["horovod"] or fits["mpi"]
@@ -163,12 +203,17 @@ def analyze(data: ScalingData, node_cores: int, fit_from: dict[str, Any] | None 
     if base and hfit:
         tc = 1.0 / base.updates_per_s
         ranks = sorted({m.ranks for m in data.measured} | {16})
-        node, per_core_steps = _projection_node(data, node_cores)
-        nets = sm.net_models(per_core_steps, node_cores, data.models)
-        extra = {"t_compute_s": tc, "projection_node": node,
+        node_fit = sm.fit_node(node_speedups(data)) or sm.LINEAR_NODE
+        node, per_core_steps = _projection_node(data, node_cores, node_fit)
+        projection = [p for fit in (sm.LINEAR_NODE, node_fit)
+                      for p in sm.project(sm.net_models(per_core_steps, node_cores, data.models, fit),
+                                          hfit.overhead_s, [32, 64], exposed=exposed)]
+        extra = {"t_compute_s": tc, "projection_node": node, "node_fit": node_fit,
                  "box_prediction": [{"ranks": r, "efficiency": sm.predict_efficiency(r, tc, hfit), "modelled": True}
                                     for r in ranks],
-                 "projection": sm.project(nets, hfit.overhead_s, [32, 64])}
+                 "projection": projection}
+        if frames_to_score:
+            extra["time_to_score"] = time_to_score(projection, frames_to_score, "100Gb/s InfiniBand", node_fit.label)
     if fit_from is not None:
         extra["prediction_from"] = _prediction_from(data, scored, fit_from_path, fit_from)
     return Analysis(scored, fits, **extra)
@@ -195,4 +240,23 @@ def to_json(data: ScalingData, a: Analysis | None) -> dict[str, Any]:
                    projection=[asdict(p) for p in a.projection])
     if a.prediction_from is not None:
         out["prediction_from"] = a.prediction_from
+    if a.time_to_score is not None:
+        out["time_to_score_projection"] = a.time_to_score
+    return out
+
+
+def frames_from_batch_scaling(d: dict[str, Any]) -> list[sm.FramesToScore]:
+    """Per global batch in a batch_scaling.json: the fewest frames to the target over the points that
+    reached it; None where every finished point failed (frame cap, abandoned); unfinished points
+    (partial) are not a measurement and are left out."""
+    by: dict[int, list[dict[str, Any]]] = {}
+    for p in d.get("points", []):
+        if p.get("state") != "partial":
+            by.setdefault(int(p["global_batch"]), []).append(p)
+    out = []
+    for batch, pts in sorted(by.items()):
+        reached = [p for p in pts if p.get("frames_to_target")]
+        best = min(reached, key=lambda p: p["frames_to_target"]) if reached else None
+        out.append(sm.FramesToScore(batch, float(best["frames_to_target"]) if best else None,
+                                    best["point"] if best else ", ".join(f"{p['point']}: {p['state']}" for p in pts)))
     return out

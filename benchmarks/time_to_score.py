@@ -4,9 +4,9 @@
     python -m benchmarks.time_to_score --env breakout --resume --run-dir runs/X   # continue a stopped run
 
 Runs `python -m ba3c.train` as a child process and follows its CSVs. `--criterion eval`
-(default): the trainer evaluates the greedy policy every `--eval-every-frames` (the paper's
-protocol, `--eval-episodes` episodes, eval.csv) and the target is met when an evaluation mean
-reaches it. `--criterion train20`: the mean training return of the last 20 episodes (sampled
+(default): the trainer evaluates its policy every `--eval-every-frames` (by default with the
+paper's protocol, `--eval-episodes` episodes, eval.csv, whose `policy` column names the protocol)
+and the target is met when an evaluation mean reaches it. `--criterion train20`: the mean training return of the last 20 episodes (sampled
 policy, progress.csv). The child is stopped with SIGTERM (it checkpoints first) at the target or
 when the time budget is spent. Writes benchmarks/results/time_to_score-GAME[-TAG].json, the curve
 PNG and the run's config. Core-hours are the CPU seconds all ranks used (progress.csv's cpu_s), so
@@ -37,7 +37,7 @@ class Criterion:
     metric: str
 
 
-CRITERIA = {"eval": Criterion("eval.csv", "score_mean", "greedy evaluation mean"),
+CRITERIA = {"eval": Criterion("eval.csv", "score_mean", "periodic evaluation mean (eval.csv; protocol in its policy column)"),
             "train20": Criterion("progress.csv", "return_mean20",
                                  "mean training return of the last 20 episodes (sampled policy)")}
 
@@ -75,6 +75,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="pong")
     p.add_argument("--target", type=float, default=None, help="default: the paper's threshold for the game")
+    p.add_argument("--startup-min", type=float, default=60.0,
+                   help="cap on start-up (launch to the first progress row), minutes: a bound on a broken start")
     p.add_argument("--max-hours", type=float, default=3.0,
                    help="time budget, from the trainer's first progress row of this invocation (start-up excluded)")
     p.add_argument("--total-frames", type=int, default=40_000_000)
@@ -82,7 +84,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
     p.add_argument("--out-dir", default=harness.RESULTS)
     p.add_argument("--nice", type=int, default=0, help="run the trainer at this niceness")
     p.add_argument("--criterion", choices=tuple(CRITERIA), default="eval",
-                   help="eval: greedy evaluation mean (paper); train20: training return, last 20 episodes")
+                   help="eval: periodic evaluation mean (paper protocol unless --eval-policy is passed on); "
+                        "train20: training return, last 20 episodes")
     p.add_argument("--eval-every-frames", type=int, default=500_000)
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its checkpoint")
@@ -159,9 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     def stop(_rows: list[list[Row]]) -> bool:  # at the target (the time budget is the job's run_timeout_s)
         return first_reach(harness.read_rows(os.path.join(run_dir, crit.file)), target, crit.column) is not None
 
-    job = harness.TrainerJob(cmd, [run_dir], log_path=None, run_timeout_s=args.max_hours * 3600, poll_s=2.0)
+    job = harness.TrainerJob(cmd, [run_dir], log_path=None, startup_timeout_s=args.startup_min * 60,
+                             run_timeout_s=args.max_hours * 3600, poll_s=2.0)
     try:
-        harness.launch(job, stop)
+        run = harness.launch(job, stop)
+        if run.outcome == "startup timeout":
+            print(f"time_to_score: no progress row within --startup-min {args.startup_min:g} (building thousands of "
+                  f"emulators on a loaded machine can take longer: raise it); the trainer was stopped", flush=True)
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM via harness.exit_on_sigterm
         print("time_to_score: stopped; the trainer checkpointed; recording what it reached", flush=True)
     result = summarize(args, target, run_dir, cmd, time.time() - t0)

@@ -80,3 +80,17 @@ def test_sigterm_stops_a_point_and_keeps_what_it_reached(tmp_path):
     [point] = json.loads((out / "batch_scaling-cartpole-v1.json").read_text())["points"]
     assert point["state"] == "partial" and point["frames_total"] > 0
     assert list((out / "batch_scaling-state" / "cartpole-v1-gb64-sqrt" / "checkpoints").glob("ckpt-*.npz"))
+    # a point that will not reach the target is given up: reported with the reason, skipped by --run next
+    base = [sys.executable, "-m", "benchmarks.batch_scaling", "--env", "CartPole-v1", "--points", "64:sqrt",
+            "--target", "1e9", "--runs-dir", str(runs), "--out", str(out)]
+    p = subprocess.run([*base, "--abandon", "64:sqrt"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0 and "--reason" in p.stderr
+    p = subprocess.run([*base, "--abandon", "64:sqrt", "--reason", "stopped by the test"], cwd=ROOT,
+                       env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    [point] = json.loads((out / "batch_scaling-cartpole-v1.json").read_text())["points"]
+    assert (point["state"], point["note"]) == ("abandoned", "stopped by the test")
+    p = subprocess.run([*base, "--run", "next"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "every point is finished" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]

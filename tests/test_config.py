@@ -70,6 +70,12 @@ BAD = [
     (["--resume", "/nonexistent/run"], "--resume"),
     (["--run-dir", "/proc/ba3c-not-writable"], "--run-dir"),
     (["--queue-batches", "0"], "--queue-batches"),
+    (["--collapse-guard", "retry"], "--collapse-guard"),
+    (["--guard-entropy-drop", "1.5"], "--guard-entropy-drop"),
+    (["--guard-lr-cut", "0"], "--guard-lr-cut"),
+    (["--guard-snapshot-updates", "0"], "--guard-snapshot-updates"),
+    (["--guard-max-rollbacks", "0"], "--guard-max-rollbacks"),
+    (["--keep-every-frames", "-5"], "--keep-every-frames"),
     # the network against the observations, decided before TensorFlow starts
     (["--env", "CartPole-v1", "--model", "nature"], "--model nature"),
     (["--env", "CartPole-v1", "--model", "paper"], "--model paper"),
@@ -79,6 +85,8 @@ BAD = [
     (["--queue-batches", "1000000000"], "--queue-batches"),
     (["--rehearse-ranks", "128"], "--rehearse-ranks"),
     (["--rehearse-ranks", "0"], "--rehearse-ranks"),
+    (["--life-loss", "reset"], "--life-loss"),
+    (["--env", "CartPole-v1", "--life-loss", "terminal"], "--life-loss terminal"),
     (["--model", "paper", "--train-batch", "4096", "--num-envs", "100000", "--predict-batch", "16"], "available"),
 ]
 
@@ -133,3 +141,40 @@ def test_config_parser_accepts_only_valid(values):
     assert cfg.sim.predict_batch <= cfg.sim.num_envs and cfg.learn.lr > 0 and 0 < cfg.learn.gamma <= 1
     assert Config(cfg.sim, cfg.learn, cfg.run) == cfg
 
+
+
+def test_configs_saved_before_an_option_keep_what_they_ran_with(tmp_path):
+    """A run saved before --life-loss existed trained with `ignore`: its resume and its checkpoint's config
+    say so (whatever the default), and a resume that keeps it records no change."""
+    from ba3c.config import IMPLIED_BY_OLDER_CONFIGS, saved_config
+    from ba3c.runner import config_changes
+
+    run = tmp_path / "old"
+    old = Config().replace(run_dir=str(run)).to_dict()
+    del old["sim"]["life_loss"]
+    assert saved_config(old).sim.life_loss == IMPLIED_BY_OLDER_CONFIGS["life_loss"] == "ignore"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(old))
+    resumed, is_resume = resolve(["--resume", str(run)])
+    assert is_resume and resumed.sim.life_loss == "ignore"
+    assert config_changes(old, resumed) == {}
+    assert config_changes(old, resumed.replace(life_loss="terminal")) == {"life_loss": ["ignore", "terminal"]}
+
+
+def test_configs_saved_before_the_exchange_options_keep_the_grouped_float32_exchange(tmp_path):
+    """Runs saved before --allreduce and --compression existed exchanged with one grouped float32 allreduce:
+    a resume keeps that (whatever today's defaults) and records no change; asking for another is one."""
+    from ba3c.config import saved_config
+    from ba3c.runner import config_changes
+
+    run = tmp_path / "old"
+    old = Config().replace(run_dir=str(run), allreduce="per-tensor", compression="fp16").to_dict()
+    del old["learn"]["allreduce"], old["learn"]["compression"]
+    assert (saved_config(old).learn.allreduce, saved_config(old).learn.compression) == ("grouped", "none")
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(old))
+    resumed, is_resume = resolve(["--resume", str(run)])
+    assert is_resume and (resumed.learn.allreduce, resumed.learn.compression) == ("grouped", "none")
+    assert config_changes(old, resumed) == {}
+    changed, _ = resolve(["--resume", str(run), "--allreduce", "per-tensor"])
+    assert config_changes(old, changed) == {"allreduce": ["grouped", "per-tensor"]}

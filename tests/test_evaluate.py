@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -68,6 +69,72 @@ def test_sampled_follows_softmax():
         evaluation.choose_actions("boltzmann", logits, rng, 0.05)
 
 
+def prevent_stuck_reference(choices: list[int], repeats: int, action: int) -> list[int]:
+    """One episode under tensorpack's PreventStuckPlayer, step by step: the last `repeats` choices
+    in a bounded queue; when they are all equal, `action` is played."""
+    queue: list[int] = []
+    played = []
+    for c in choices:
+        queue = (queue + [c])[-repeats:]
+        played.append(action if len(queue) == repeats and queue.count(queue[0]) == repeats else c)
+    return played
+
+
+def test_anti_stuck_rule_by_hand():
+    rule = evaluation.AntiStuck(1, 30, 1)
+    on = np.ones(1, bool)
+    played = [int(rule(np.zeros(1, np.int32), on)[0]) for _ in range(35)]
+    assert played == [0] * 29 + [1] * 6  # the 30th NOOP in a row and every further one become FIRE
+    assert rule(np.array([3]), on)[0] == 3 and rule(np.array([0]), on)[0] == 0  # another choice restarts the count
+    for _ in range(20):
+        rule(np.zeros(1, np.int32), on)
+    rule.end_episodes(on)  # 21 NOOPs, then a new episode: the count starts again
+    assert [int(rule(np.zeros(1, np.int32), on)[0]) for _ in range(30)] == [0] * 29 + [1]
+    # an action sent while the environment resets is ignored by it: neither counted nor replaced
+    rule.end_episodes(on)
+    for _ in range(28):
+        rule(np.zeros(1, np.int32), on)
+    assert rule(np.zeros(1, np.int32), ~on)[0] == 0
+    assert [int(rule(np.zeros(1, np.int32), on)[0]) for _ in range(2)] == [0, 1]  # the 29th and 30th counted
+
+
+def test_anti_stuck_rule_matches_prevent_stuck_player():
+    """Many environments, random episode ends and runs of repeated choices, against the reference per episode."""
+    rng = np.random.default_rng(3)
+    n, steps, repeats = 6, 3000, 30
+    rule = evaluation.AntiStuck(n, repeats, 1)
+    episodes: list[list[tuple[list[int], list[int]]]] = [[([], [])] for _ in range(n)]
+    choice = rng.integers(0, 4, n)
+    for _ in range(steps):
+        change = rng.random(n) < 0.03  # long runs of one action, broken now and then
+        choice = np.where(change, rng.integers(0, 4, n), choice)
+        played = rule(choice.astype(np.int32), np.ones(n, bool))
+        for i in range(n):
+            episodes[i][-1][0].append(int(choice[i]))
+            episodes[i][-1][1].append(int(played[i]))
+        ended = rng.random(n) < 0.004
+        rule.end_episodes(ended)
+        for i in np.flatnonzero(ended):
+            episodes[i].append(([], []))
+    replaced = 0
+    for env in episodes:
+        for chosen, played in env:
+            assert played == prevent_stuck_reference(chosen, repeats, 1)
+            replaced += sum(a != b for a, b in zip(chosen, played))
+    assert replaced > 100 and sum(len(env) for env in episodes) > 2 * n  # the test saw the rule fire, and resets
+
+
+def test_protocol_names():
+    from ba3c.config import RunConfig
+
+    eval_policy = next(f for f in dataclasses.fields(RunConfig) if f.name == "eval_policy")
+    assert tuple(eval_policy.metadata["choices"]) == evaluation.POLICIES and eval_policy.default == "paper"
+    paper = evaluation.PROTOCOLS["paper"]
+    assert (paper.stuck_repeats, paper.stuck_action, paper.max_episode_steps, paper.random_action_prob) == (30, 1, 40_000, 0.001)
+    assert all(evaluation.PROTOCOLS[p].stuck_repeats == 0 for p in ("greedy", "sampled", "egreedy"))
+    assert ev.build_parser().parse_args(["run"]).policy == "paper"
+
+
 def test_episode_quotas_are_balanced():
     assert evaluation.episode_quotas(50, 16).tolist() == [4, 4] + [3] * 14
     assert evaluation.episode_quotas(5, 16).tolist() == [1] * 5  # never more environments than episodes
@@ -77,10 +144,17 @@ def test_episode_quotas_are_balanced():
 
 
 def test_format_table():
-    result = {"score": evaluation.summarize([20, 21, 19]), "length_steps": evaluation.summarize([800, 900, 1000])}
+    from ba3c.simulators import EnvSpec
+
+    record = evaluation.protocol_record(EnvSpec("atari", "pong"), evaluation.PROTOCOLS["egreedy"], 0.05, 3, 3, 108_000,
+                                        ["NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE"])
+    result = {"score": evaluation.summarize([20, 21, 19]), "length_steps": evaluation.summarize([800, 900, 1000]),
+              "protocol": record}
     lines = ev.format_table(result).splitlines()
-    assert lines[0].split() == ["mean", "std", "median", "min", "max"]
-    assert lines[1].split()[:2] == ["score", "20.00"] and lines[2].startswith("length (agent steps)")
+    assert lines[0].startswith("protocol egreedy: argmax; random action p=0.05; cap 27,000 agent steps")
+    assert "sticky 0" in lines[0] and "anti-stuck" not in lines[0]
+    assert lines[1].split() == ["mean", "std", "median", "min", "max"]
+    assert lines[2].split()[:2] == ["score", "20.00"] and lines[3].startswith("length (agent steps)")
 
 
 def test_bad_paths_exit_2_with_one_line(tmp_path, capsys):
@@ -129,7 +203,8 @@ def test_table_from_synthetic_evals(tmp_path):
     for name, data in {
         "pong-a/eval-greedy.json": fake_eval("pong", "greedy", 15.0, 1_000_000, "2026-11-01"),
         "pong-b/eval-greedy.json": fake_eval("pong", "greedy", 18.0, 2_000_000, "2026-11-02"),  # more frames: shown
-        "breakout/eval-egreedy.json": fake_eval("breakout", "egreedy", 120.0, 5_000_000, "2026-11-03"),
+        "breakout/eval-egreedy.json": fake_eval("breakout", "egreedy", 120.0, 5_000_000, "2026-11-03", protocol={
+            "max_episode_frames": 108_000, "fire_after_life_loss": "FIRE pressed for the policy after each lost life"}),
         "CartPole/eval-greedy.json": fake_eval("CartPole-v1", "greedy", 500.0, 3_000, "2026-11-03"),
         "pong-b/config.json": {"sim": {"env": "pong"}},  # not an evaluation: ignored
     }.items():
@@ -153,7 +228,7 @@ def test_table_from_synthetic_evals(tmp_path):
     cells = [c.strip() for c in pong_line.strip("|").split("|")]
     assert cells[:5] == ["Pong", "18.0 ± 1.5", "greedy", "50", "2.0M"]
     assert cells[7:11] == ["20.0", "16.7", "9.3", "-20.7"]
-    assert "| Breakout | 120.0 ± 1.5 | egreedy 0.05 |" in md
+    assert "| Breakout | 120.0 ± 1.5 | egreedy 0.05, FIRE after a lost life |" in md
     assert "arXiv:1507.04296" in md and "arXiv:1801.02852" in md and "Nature" in md
     assert (out / "scores.png").stat().st_size > 5000
     assert cmp.main([str(tmp_path / "empty-nothing")]) == 2
@@ -168,14 +243,16 @@ def test_cartpole_train_then_evaluate(tmp_path):
     p = run_evaluate([str(run), "--episodes", "5", "--num-envs", "3", "--record", str(tmp_path / "cp.gif")])
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "needs image observations" in p.stderr and not (tmp_path / "cp.gif").exists()
-    data = json.loads((run / "eval-greedy.json").read_text())
-    assert data["schema"] == evaluation.SCHEMA and data["game"] == "CartPole-v1" and data["policy"] == "greedy"
+    data = json.loads((run / "eval-paper.json").read_text())  # the paper protocol by default
+    assert data["schema"] == evaluation.SCHEMA and data["game"] == "CartPole-v1" and data["policy"] == "paper"
     assert data["episodes"] == 5 == len(data["scores"]) == data["score"]["n"]
     assert data["scores"] == [float(x) for x in data["lengths_steps"]]  # +1 per step: no reset step is counted
     assert data["score"]["mean"] == pytest.approx(np.mean(data["scores"]))
     assert data["frames"] >= 3000 and data["updates"] > 0 and data["checkpoint"].endswith(".npz")
-    assert data["protocol"]["parallel_envs"] == 3 and "greedy" in data["protocol"]["policy"]
-    assert "score" in p.stdout and "wrote" in p.stdout
+    assert data["protocol"]["parallel_envs"] == 3 and data["protocol"]["name"] == "paper"
+    assert data["protocol"]["anti_stuck"]["action"] == 1 and data["protocol"]["max_episode_steps"] is None  # gymnasium's limit
+    assert len(data["anti_stuck_replaced"]) == 5
+    assert "protocol paper: argmax" in p.stdout and "score" in p.stdout and "wrote" in p.stdout
     # a run that counted CPU seconds from its start reports them, not wall time x cores
     assert data["cores_basis"].startswith("measured") and 0 < data["core_hours"] < 1
 
@@ -194,9 +271,83 @@ def test_pong_evaluate_records_gif(tmp_path):
     # 2000 frames / frameskip 4: the capped episode lasts exactly 500 agent steps
     assert data["lengths_steps"] == [500] and data["truncated_episodes"] == 1
     assert -21 <= data["scores"][0] <= 21 and data["run_dir"] == str(run)
-    assert data["protocol"]["max_episode_frames"] == 2000
+    assert data["protocol"]["max_episode_frames"] == 2000 and data["protocol"]["max_episode_steps"] == 500
+    assert data["protocol"]["name"] == "egreedy" and data["protocol"]["random_action_prob"] == 0.05
+    assert "protocol egreedy" in p.stdout
     from PIL import Image
 
     with Image.open(gif) as im:
         assert im.n_frames > 50 and im.size == (168, 168)
     assert data["recording"]["frames"] == 501  # the start frame and one per step
+
+
+def constant_policy(num_actions: int, favoured: int):
+    """A keras model for 4x84x84 frames whose argmax is always `favoured` (a policy that never presses FIRE)."""
+    import keras
+    from keras import layers
+
+    inp = keras.Input((4, 84, 84), dtype="uint8")
+    x = layers.Lambda(lambda t: keras.ops.zeros((keras.ops.shape(t)[0], 1)))(inp)
+    bias = np.zeros(num_actions)
+    bias[favoured] = 1.0
+    logits = layers.Dense(num_actions, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(bias))(x)
+    return keras.Model(inp, [logits, layers.Dense(1, kernel_initializer="zeros")(x)])
+
+
+def test_paper_protocol_finishes_breakout_where_greedy_waits():
+    """A policy that always chooses NOOP: plain greedy waits after its first lost ball until the cap; under
+    the paper protocol the rule presses FIRE and the games end. The cap is small here to keep this fast."""
+    from ba3c.simulators import EnvSpec
+
+    model, spec, cap_steps = constant_policy(4, 0), EnvSpec("atari", "breakout"), 1000
+    greedy = evaluation.evaluate_model(model, spec, 2, "greedy", num_envs=2, max_episode_frames=4 * cap_steps,
+                                       num_threads=1)
+    assert greedy["lengths_steps"] == [cap_steps] * 2 and greedy["truncated_episodes"] == 2
+    assert greedy["protocol"]["name"] == "greedy" and greedy["protocol"]["anti_stuck"] is None
+    assert greedy["anti_stuck_replaced"] is None and greedy["protocol"]["max_episode_steps"] == cap_steps
+
+    paper = evaluation.evaluate_model(model, spec, 2, "paper", num_envs=2, max_episode_frames=4 * cap_steps,
+                                      num_threads=1)
+    assert paper["truncated_episodes"] == 0 and max(paper["lengths_steps"]) < cap_steps
+    # NOOP is chosen every step (bar the rare random action): from the 30th step on it is replaced by FIRE
+    assert all(0 < r <= n - 29 for r, n in zip(paper["anti_stuck_replaced"], paper["lengths_steps"]))
+    p = json.loads(json.dumps(paper["protocol"]))  # the record as the JSON file holds it
+    assert p["name"] == "paper" and p["random_action_prob"] == 0.001 and p["max_episode_steps"] == cap_steps
+    assert p["anti_stuck"]["repeats"] == 30 and p["anti_stuck"]["action"] == 1 and p["anti_stuck"]["action_name"] == "FIRE"
+    env = p["environment"]
+    assert (env["frameskip"], env["repeat_action_probability"], env["full_action_space"], env["noop_max"]) == (4, 0.0, False, 30)
+    assert env["actions"] == ["NOOP", "FIRE", "RIGHT", "LEFT"] and "sticky actions" in p["authors_environment"]
+    line = ev.format_table(paper).splitlines()[0]
+    assert "protocol paper" in line and "FIRE" in line and f"cap {cap_steps:,} agent steps" in line
+    # without an explicit cap the paper's own: 40,000 agent steps
+    assert evaluation.episode_cap_frames(evaluation.PROTOCOLS["paper"], spec, None) == 160_000
+    assert evaluation.episode_cap_frames(evaluation.PROTOCOLS["greedy"], spec, None) == 108_000
+
+
+def test_eval_csv_of_an_older_run_gets_the_new_columns(tmp_path):
+    """A run resumed after eval.csv gained columns: old rows keep their values, the header lines up with new rows."""
+    from ba3c import rundir
+
+    path = tmp_path / "eval.csv"
+    old = rundir.EVAL_FIELDS[:11]
+    path.write_text(",".join(old) + "\n" + ",".join(["1.5", "100", "2", "greedy", "3"] + ["7"] * 6) + "\n")
+    rundir._upgrade_header(str(path), rundir.EVAL_FIELDS)
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == rundir.EVAL_FIELDS and rows[0]["policy"] == "greedy" and rows[0]["length_mean"] == "7"
+    assert rows[0]["max_episode_steps"] == "" and rows[0]["truncated_episodes"] == ""
+    before = path.read_text()
+    rundir._upgrade_header(str(path), rundir.EVAL_FIELDS)  # already current: left alone
+    assert path.read_text() == before
+
+
+def test_scores_table_names_the_paper_protocol(tmp_path):
+    cmp = load_compare()
+    paper = fake_eval("breakout", "paper", 300.0, 9_000_000, "2026-12-01",
+                      protocol={"name": "paper", "max_episode_frames": 160_000, "max_episode_steps": 40_000})
+    (tmp_path / "eval-paper.json").write_text(json.dumps(paper))
+    pub = cmp.load_published(cmp.DEFAULT_PUBLISHED)
+    rows = cmp.build_rows(cmp.find_evals([tmp_path]), pub)
+    assert [(r.policy, r.protocol_note) for r in rows] == [("paper", "cap 40,000 agent steps")]
+    md = cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
+    assert "| Breakout | 300.0 ± 1.5 | paper, cap 40,000 agent steps |" in md and "anti-stuck rule" in md

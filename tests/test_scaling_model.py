@@ -85,3 +85,56 @@ def test_projection_by_hand():
     four = by[4, "sync"]  # 1 ms + 2(3)/4 x 1 ms = 2.5 ms
     assert four.t_allreduce_ms == pytest.approx(2.5)
     assert max(p.nodes for p in sm.project([net], 1e-3, [64], {"L": sm.Link(1e9, 0.0)})) == 64  # 64 x 128 > 4096
+
+
+def test_node_fit_amdahl_by_hand():
+    assert sm.LINEAR_NODE.speedup(24) == 24.0 and sm.LINEAR_NODE.label == "linear (assumed)"
+    # serial 0.2: speedup(2) = 2 / 1.2, speedup(16) = 16 / 4
+    pts = [sm.SpeedupPoint(1, 1.0, "one core"), sm.SpeedupPoint(2, 2 / 1.2, "a"), sm.SpeedupPoint(16, 4.0, "b")]
+    fit = sm.fit_node(pts)
+    assert fit.serial == pytest.approx(0.2, rel=1e-12)
+    assert len(fit.points) == 2  # the one-core point carries nothing
+    assert fit.speedup(24) == pytest.approx(24 / (1 + 0.2 * 23), rel=1e-12)
+    assert fit.label == "fitted (Amdahl)" and fit.to_json()["serial_fraction"] == fit.serial
+    # least squares through the origin: x = (1, 3), y = (0.5, 0.3) -> serial = (0.5 + 0.9) / 10
+    two = sm.fit_node([sm.SpeedupPoint(2, 2 / 1.5, ""), sm.SpeedupPoint(4, 4 / 1.3, "")])
+    assert two.serial == pytest.approx(0.14, rel=1e-12)
+    assert sm.fit_node([sm.SpeedupPoint(4, 5.0, "super-linear noise")]).serial == 0.0
+    assert sm.fit_node([sm.SpeedupPoint(1, 1.0, "")]) is None
+
+
+def test_net_models_use_the_node_fit():
+    fit = sm.NodeFit(0.5, (sm.SpeedupPoint(3, 1.5, ""),))  # speedup(3) = 3 / 2
+    (nature,) = sm.net_models(100.0, 3, None, fit)
+    assert nature.node_steps_per_s == pytest.approx(150.0) and nature.node_model == "fitted (Amdahl)"
+
+
+def test_projection_with_a_measured_exposed_share():
+    net = sm.NetModel("n", node_steps_per_s=1000.0, floats=250_000)
+    pts = sm.project([net], overhead_s=1e-3, batches=[32], networks={"L": sm.Link(1e9, 0.0)},
+                     exposed={"in-graph": 0.25})
+    two = {p.exchange: p for p in pts if p.nodes == 2}["in-graph"]  # 32 ms + 0.25 x 2 ms
+    assert two.efficiency == pytest.approx(32 / 32.5) and two.frames_per_s == pytest.approx(4 * 64 / 0.0325)
+
+
+def test_frames_at_batch_measured_interpolated_assumed_and_missing():
+    m = [sm.FramesToScore(64, 10e6), sm.FramesToScore(1024, 40e6), sm.FramesToScore(4096, None)]
+    assert sm.frames_at_batch(m, 64) == (10e6, "measured")
+    frames, how = sm.frames_at_batch(m, 256)  # halfway in log(batch): geometric mean of 10 M and 40 M
+    assert frames == pytest.approx(20e6, rel=1e-12) and how.startswith("interpolated")
+    assert sm.frames_at_batch(m, 32) == (10e6, "assumed equal to batch 64 (smallest measured)")
+    assert sm.frames_at_batch(m, 2048) == (None, "not reached at batch 4096")
+    assert sm.frames_at_batch(m, 4096)[0] is None
+    assert sm.frames_at_batch(m[:2], 2048) == (None, "beyond the largest measured batch (1024)")
+    assert sm.frames_at_batch([], 64)[0] is None
+
+
+def test_time_to_score_projection_by_hand():
+    rows = [sm.ProjectionPoint("L", "n", "sync", n, 32, 32 * n, fps, 1.0, 0.0, 1.0, 0.0)
+            for n, fps in ((1, 1000.0), (2, 1600.0), (4, 3000.0))]
+    m = [sm.FramesToScore(64, 1.2e6), sm.FramesToScore(128, 1.8e6)]
+    one, two, four = sm.project_time_to_score(rows, m)
+    assert one.minutes == pytest.approx(1.2e6 / 1000 / 60) and one.frames_source.startswith("assumed")
+    assert two.minutes == pytest.approx(1.2e6 / 1600 / 60) and two.ideal_minutes == pytest.approx(one.minutes / 2)
+    assert four.minutes == pytest.approx(1.8e6 / 3000 / 60) and four.frames_source == "measured"
+    assert all(p.modelled for p in (one, two, four))
