@@ -278,6 +278,12 @@ def projection_input(res: dict[str, Any]) -> dict[str, Any]:
         "step_ms_no_exchange": s.get("none", {}).get("step_ms", {}).get("median"),
         "gradient_floats": NATURE_FLOATS_BEFORE_CONVS + NATURE_FLOATS_CONVS,
         "overlappable_share_of_bytes": NATURE_FLOATS_BEFORE_CONVS / (NATURE_FLOATS_BEFORE_CONVS + NATURE_FLOATS_CONVS)}
+    # Each Horovod variant's exposed exchange over float32 grouped's, as benchmarks/scaling.py --exposed takes it
+    # (a share above 1, an exchange that exposes more than grouped, is passed as 1: no better than sync)
+    fractions = {v: s[v]["exposed_ms"]["median"] / g["median"] for v in ("per-tensor", "grouped-fp16", "per-tensor-fp16")
+                 if s.get(v, {}).get("exposed_ms", {}).get("n")}
+    out["exposed_fraction_vs_grouped"] = fractions
+    out["scaling_exposed_arg"] = ",".join(f"{v}={min(f, 1.0):.2f}" for v, f in fractions.items())
     windows = [u["rank0_last_gradient_ready_ms"] - next(t["rank0_ready"] for t in u["tensors"]
                                                          if "dense" in t["tensor"] and "MatMul" in t["tensor"])
                for u in res.get("timeline", {}).get("excerpt", {}).get("per-tensor", [])]
@@ -346,7 +352,7 @@ def plot(res: dict[str, Any], path: str) -> None:
         a.grid(alpha=0.3, axis="y")
         a.legend(fontsize=7)
     fig.suptitle(f"ba3c gradient exchange on {res['machine']['cores']} cores ({res['machine']['cpu']}); "
-                 "bars: median over rounds, whiskers: range", fontsize=10)
+                 f"bars: median over rounds, whiskers: range; {_load_line(res)}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -363,7 +369,14 @@ def _fmt(s: dict[str, Any], f: str = ".2f") -> str:
     return f"{s['median']:{f}} ({s['min']:{f}}-{s['max']:{f}})" if s.get("n") else "-"
 
 
+def _load_line(res: dict[str, Any]) -> str:
+    """The 1-minute load average when each part began (this benchmark's own processes included)."""
+    loads = res.get("load_avg_1min_at_part_start", {})
+    return "load average at start: " + (", ".join(f"{k} {v:.1f}" for k, v in loads.items()) or "not recorded")
+
+
 def report(res: dict[str, Any]) -> None:
+    print(f"\n{_load_line(res)} (the machine's {res.get('machine', {}).get('cores', '?')} cores)")
     for io, s in sorted(res.get("paths_summary", {}).items()):
         print(f"\nlearner step, 2 ranks, {io} inter-op thread(s): median (range) over rounds")
         print(f"{'variant':>16} {'vs control':>20} {'ms/update':>20} {'exposed ms':>20}")
@@ -391,6 +404,9 @@ def report(res: dict[str, Any]) -> None:
         p = res["projection_input"]
         print(f"\nprojection input: exposed exchange grouped {p['exposed_ms_grouped']:.1f} ms, per-tensor "
               f"{p['exposed_ms_per_tensor']:.1f} ms: fraction {p['exposed_fraction_per_tensor']:.2f}")
+        if p.get("scaling_exposed_arg"):
+            print(f"for the projection: python -m benchmarks.scaling --analyze-only benchmarks/results/scaling.json "
+                  f"--exposed {p['scaling_exposed_arg']}")
 
 
 @dataclass

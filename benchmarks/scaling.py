@@ -297,7 +297,8 @@ def report(a: Analysis, node_cores: int) -> None:
         if pr.nodes == 64 and pr.per_rank_batch == 32:
             print(f"PROJECTED 64 nodes x {node_cores} cores ({pr.node_model} node), {pr.network}, {pr.model} net, "
                   f"{pr.exchange} exchange, global batch 2048: {pr.frames_per_s:,.0f} frames/s, "
-                  f"efficiency {pr.efficiency:.2f}, allreduce share {pr.allreduce_share:.1%}")
+                  f"efficiency {pr.efficiency:.2f}, exposed exchange {1 - pr.efficiency:.1%} of an update "
+                  f"(sync allreduce share {pr.allreduce_share:.1%})")
     report_time_to_score(a)
 
 
@@ -431,10 +432,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit_from and os.path.exists(args.fit_from):
         with open(args.fit_from) as fh:
             other = json.load(fh)
-    a = analyze(data, args.node_cores, other, args.fit_from, frames_to_score(args.batch_scaling),
-                _exposed(p, args.exposed))
+    exposed = _exposed(p, args.exposed)
+    a = analyze(data, args.node_cores, other, args.fit_from, frames_to_score(args.batch_scaling), exposed)
+    out = to_json(data, a)
+    if exposed:
+        out["projection_exposed"] = {
+            "shares": exposed, "modelled": True,
+            "note": "--exposed: each mode's exposed share of the exchange (e.g. benchmarks/exchange.py's "
+                    "projection_input, measured on one box at 2 ranks), applied to the modelled allreduce at every "
+                    "node count and network: t = t_compute + share x t_allreduce. That the share carries over from "
+                    "the box to a cluster is an assumption."}
     with open(json_path, "w") as fh:
-        json.dump(to_json(data, a), fh, indent=1)
+        json.dump(out, fh, indent=1)
     try:
         plot(data, a, os.path.join(args.out, f"{args.name}.png"))
     except ImportError as e:  # e.g. a bare benchmark machine: re-plot elsewhere with --analyze-only

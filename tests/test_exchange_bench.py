@@ -55,6 +55,8 @@ def test_exchange_quick(tmp_path):
             assert s[v]["step_ms"]["median"] > 0 and s[v]["exposed_ms"]["median"] > 0
     p_in = res["projection_input"]
     assert p_in["exposed_fraction_per_tensor"] > 0 and p_in["exposed_ms_grouped"] > 0
+    assert set(p_in["exposed_fraction_vs_grouped"]) == {"per-tensor"}  # --quick measures no fp16 variant
+    assert p_in["scaling_exposed_arg"] == f"per-tensor={min(p_in['exposed_fraction_per_tensor'], 1.0):.2f}"
     ex = res["timeline"]["excerpt"]
     assert set(ex) == {"grouped", "per-tensor"}
     per_tensor = ex["per-tensor"][-1]
@@ -62,3 +64,43 @@ def test_exchange_quick(tmp_path):
     assert len(per_tensor["tensors"]) == 12 and "dense_allreduce_began_during_backprop" in per_tensor
     assert len(ex["grouped"][-1]["tensors"]) == 12
     assert (tmp_path / "exchange.png").stat().st_size > 1000
+
+
+def _trainer_runs(variant_fps: float) -> list[dict]:
+    """One round: control, per-tensor, control, frames/s as given (no stage split)."""
+    return [{"seq": i, "round": 0, "variant": v, "frames_per_s": fps}
+            for i, (v, fps) in enumerate((("control", 1000.0), ("per-tensor", variant_fps), ("control", 1000.0)))]
+
+
+def test_analyze_only_merges_files_later_parts_replace_earlier(tmp_path):
+    """`--analyze-only A,B`: B's parts replace A's (the trainer measured again), A's other parts stay, and
+    each part says which file it came from."""
+    from benchmarks.exchange import main
+
+    machine = {"cores": 2, "cpu": "test"}
+    first = {"machine": machine, "date": "d1", "parts": ["trainer", "timeline"], "trainer": _trainer_runs(500.0),
+             "timeline": {"excerpt": {}}}
+    again = {"machine": machine, "date": "d2", "parts": ["trainer"], "trainer": _trainer_runs(900.0)}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(first))
+    b.write_text(json.dumps(again))
+    assert main(["--analyze-only", f"{a},{b}", "--out", str(tmp_path / "out")]) == 0
+    res = json.loads((tmp_path / "out" / "exchange.json").read_text())
+    assert res["trainer_summary"]["per-tensor"]["vs_control"]["median"] == 0.9
+    assert res["timeline"] == {"excerpt": {}}
+    assert res["measured_in"]["trainer"]["file"] == "b.json" and res["measured_in"]["timeline"]["file"] == "a.json"
+
+
+def test_projection_input_gives_each_variants_exposed_share_of_grouped():
+    """Shares over float32 grouped's exposed time; one above 1 goes to scaling.py --exposed as 1 (no better than sync)."""
+    from benchmarks.exchange import projection_input
+
+    def ms(x: float) -> dict:
+        return {"exposed_ms": {"median": x, "min": x, "max": x, "n": 1}}
+
+    res = {"paths_summary": {"2": {"none": ms(0.0), "grouped": ms(8.0), "per-tensor": ms(10.0),
+                                   "grouped-fp16": ms(6.0), "per-tensor-fp16": ms(4.0)}}}
+    p = projection_input(res)
+    assert p["exposed_fraction_vs_grouped"] == {"per-tensor": 1.25, "grouped-fp16": 0.75, "per-tensor-fp16": 0.5}
+    assert p["scaling_exposed_arg"] == "per-tensor=1.00,grouped-fp16=0.75,per-tensor-fp16=0.50"
+    assert projection_input({"paths_summary": {"2": {"grouped": ms(8.0)}}}) == {}  # no per-tensor: nothing to project
