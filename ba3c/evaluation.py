@@ -404,8 +404,18 @@ def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, Config]:  # -> (
     missing = [k for k in ("config", "model", "num_actions", "obs_shape") if k not in meta]
     if missing:
         raise EvalError(f"checkpoint '{c.path}' lacks {', '.join(missing)} in its meta; it predates evaluation support")
-    cfg = saved_config(meta["config"])
-    spec = resolve_env(cfg.sim.env)
+    from ba3c.config import ConfigError
+    from ba3c.rundir import made_by
+    from ba3c.simulators import UnknownEnvError
+
+    ckpt_dir = os.path.dirname(os.path.abspath(c.path))
+    run_dir = os.path.dirname(ckpt_dir) if os.path.basename(ckpt_dir) == "checkpoints" else ckpt_dir
+    try:
+        cfg = saved_config(meta["config"], f"the config saved in checkpoint '{c.path}'",
+                           f"evaluate it with the ba3c that trained it ({made_by(run_dir)})")
+        spec = resolve_env(cfg.sim.env)
+    except (ConfigError, UnknownEnvError) as e:
+        raise EvalError(str(e)) from None
     model = build_model(meta["model"], tuple(meta["obs_shape"]), int(meta["num_actions"]), seed=cfg.sim.seed)
     weights = model.weights
     try:  # model weights come first; the rest is optimizer state

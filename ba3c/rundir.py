@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import json
 import os
 import platform
 import socket
@@ -173,6 +174,19 @@ def _upgrade_header(path: str, fields: list[str]) -> None:
     w.writeheader()
     w.writerows(rows)
     atomic_write(path, text.getvalue())
+
+
+def made_by(run_dir: str) -> str:
+    """Which ba3c wrote a run directory, in words for an error message: its meta.json's git SHA if it has one."""
+    try:
+        with open(os.path.join(run_dir, "meta.json")) as fh:
+            meta = json.load(fh)
+        sha = meta.get("git_sha") if isinstance(meta, dict) else None
+    except (OSError, ValueError):
+        sha = None
+    if sha:
+        return f"git commit {sha[:12]}, from {os.path.join(run_dir, 'meta.json')}"
+    return f"no git commit recorded in {os.path.join(run_dir, 'meta.json')}"
 
 
 def base_meta(dist_name: str, world_size: int) -> dict[str, Any]:

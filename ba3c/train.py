@@ -25,8 +25,17 @@ def resolve(argv: Sequence[str] | None) -> tuple[Config, bool]:
         saved = os.path.join(resume_dir, "config.json")
         if not os.path.isfile(saved):
             raise ConfigError(f"--resume: '{resume_dir}' is not a run directory (no config.json in it)")
-        with open(saved) as fh:
-            old = saved_config(json.load(fh))
+        from ba3c.rundir import made_by
+
+        try:
+            with open(saved) as fh:
+                data = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--resume: cannot read '{saved}' ({e})") from None
+        old = saved_config(data, f"--resume: {saved}",
+                           f"resume it with the ba3c that made it ({made_by(resume_dir)}), or start a new run "
+                           f"(deleting them from config.json would resume under this version's behaviour, which "
+                           f"is not what the run trained with)")
         values.update({k: v for g in old.to_dict().values() for k, v in g.items()})
         for k in MODEL_DEFINING:
             if k in ns and ns[k] != values[k]:

@@ -351,3 +351,23 @@ def test_scores_table_names_the_paper_protocol(tmp_path):
     assert [(r.policy, r.protocol_note) for r in rows] == [("paper", "cap 40,000 agent steps")]
     md = cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
     assert "| Breakout | 300.0 ± 1.5 | paper, cap 40,000 agent steps |" in md and "anti-stuck rule" in md
+
+
+def test_checkpoint_with_unknown_options_is_one_line(tmp_path, capsys):
+    """A checkpoint whose saved config has options this version lacks (a newer version, another branch):
+    one line that names them all and says what to do, exit status 2, not a traceback."""
+    from test_config import write_run_from_elsewhere
+
+    run = tmp_path / "newer"
+    write_run_from_elsewhere(run, {"sim": {"sticky_training": 0.25}, "learn": {"optimizer": "lamb"}})
+    for path in (run, next((run / "checkpoints").glob("ckpt-*.npz"))):
+        assert ev.main([str(path), "--episodes", "1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ba3c.evaluate: error:"), err
+        assert "sim.sticky_training, learn.optimizer" in err[0] and "does not know" in err[0]
+        assert "evaluate it with the ba3c that trained it (git commit 0123456789ab" in err[0]
+    other = tmp_path / "other"
+    write_run_from_elsewhere(other, {}, {"sim": {"life_loss": "episodic"}})
+    assert ev.main([str(other), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--life-loss: 'episodic' is not one of" in err[0]
