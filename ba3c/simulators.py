@@ -51,6 +51,7 @@ class Batch:
     truncated: np.ndarray    # (B,) bool
     env_ids: np.ndarray      # (B,) int
     life_lost: np.ndarray | None = None  # (B,) bool: a life was lost in that step, the game goes on; None: no lives
+    episode_frame: np.ndarray | None = None  # (B,) int: ALE's emulator frame number within the episode; None: not ALE
 
 
 class Simulator(Protocol):
@@ -173,7 +174,8 @@ class AtariSimulator:
         self._lives[ids] = lives
         self._last_ids = ids
         self._fire_now = life_lost if self.fire_action is not None else None
-        return Batch(obs, np.asarray(rew, np.float32), term, np.asarray(trunc, bool), ids, life_lost)
+        return Batch(obs, np.asarray(rew, np.float32), term, np.asarray(trunc, bool), ids, life_lost,
+                     np.asarray(info["episode_frame_number"], np.int64))
 
     def reset(self, seed: int) -> Batch:
         obs, info = self._guard(lambda: self._env.reset(seed=seed))
