@@ -89,6 +89,8 @@ class RunConfig:
                           "with probability 0.001, action 1 (FIRE) at 30 identical choices in a row, episodes "
                           "capped at 40,000 agent steps), greedy (plain argmax, capped at --max-episode-frames), "
                           "sampled, egreedy (0.05, DQN/Gorila)", choices=("paper", "greedy", "sampled", "egreedy"))
+    eval_sticky_actions: float = _f(0.0, "periodic evaluation with sticky actions (Atari): ALE's repeat_action_probability, "
+                                    "0 <= P < 1 (0: the training environment; 0.25: the BA3C authors' gym *-v0)")
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
@@ -211,6 +213,9 @@ def validate(cfg: Config) -> None:
     for name in ("guard_entropy_drop", "guard_lr_cut"):
         if not 0.0 < getattr(r, name) < 1.0:
             raise ConfigError(f"{_flag(name)}: must be in (0, 1), got {getattr(r, name)}")
+    if not 0.0 <= r.eval_sticky_actions < 1.0:
+        raise ConfigError(f"--eval-sticky-actions: must be in [0, 1) (the probability that an emulator frame repeats "
+                          f"the previous action), got {r.eval_sticky_actions}")
     if not 0.0 < l.gamma <= 1.0:
         raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
     for name in ("beta1", "beta2"):

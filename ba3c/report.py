@@ -156,7 +156,9 @@ class Reporter:
                               "max_episode_steps": proto["max_episode_steps"] or "",
                               "truncated_episodes": result["truncated_episodes"],
                               "anti_stuck_replaced": "" if result["anti_stuck_replaced"] is None
-                              else sum(result["anti_stuck_replaced"])}, frames)
+                              else sum(result["anti_stuck_replaced"]),
+                              "sticky_actions": "" if proto.get("sticky_actions") is None else proto["sticky_actions"]},
+                             frames)
         self.writer.write_json(EVAL_PROTOCOL_FILE, proto)
         print(f"ba3c: eval at {frames:,} frames: score {sc['mean']:.2f} +- {sc['std']:.2f} over {result['episodes']} "
               f"episodes ({result['truncated_episodes']} cut at the cap); {protocol_line(proto)}", flush=True)

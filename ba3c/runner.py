@@ -289,7 +289,8 @@ class Trainer:
         cap = None if r.eval_policy == "paper" else self.cfg.sim.max_episode_frames  # None: the paper's own cap
         return evaluate_model(model, self.spec, r.eval_episodes, r.eval_policy, num_envs=min(r.eval_episodes, 16),
                               max_episode_frames=cap, seed=10_000 + updates, num_threads=1,
-                              fire_after_life_loss=self.cfg.sim.life_loss == "terminal")
+                              fire_after_life_loss=self.cfg.sim.life_loss == "terminal",
+                              sticky_actions=r.eval_sticky_actions)
 
     def _save_checkpoint(self, kept: bool = False) -> None:
         assert self.report is not None

@@ -101,6 +101,9 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
         if cfg.sim.life_loss != "ignore" and spec.kind != "atari":
             raise ConfigError(f"--life-loss {cfg.sim.life_loss}: {cfg.sim.env} has no lives (only Atari games do); "
                               f"use --life-loss ignore")
+        if cfg.run.eval_sticky_actions and spec.kind != "atari":
+            raise ConfigError(f"--eval-sticky-actions {cfg.run.eval_sticky_actions}: sticky actions are an ALE setting; "
+                              f"{cfg.sim.env} is not an Atari game (use 0)")
         check_world(cfg, dist_mod.world_size_hint())
         _check_fits(cfg, spec)
         run_dir = cfg.run.run_dir or default_run_dir(spec.name)

@@ -87,6 +87,9 @@ BAD = [
     (["--rehearse-ranks", "0"], "--rehearse-ranks"),
     (["--life-loss", "reset"], "--life-loss"),
     (["--env", "CartPole-v1", "--life-loss", "terminal"], "--life-loss terminal"),
+    (["--eval-sticky-actions", "1"], "--eval-sticky-actions"),
+    (["--eval-sticky-actions", "-0.25"], "--eval-sticky-actions"),
+    (["--env", "CartPole-v1", "--eval-sticky-actions", "0.25"], "--eval-sticky-actions"),
     (["--model", "paper", "--train-batch", "4096", "--num-envs", "100000", "--predict-batch", "16"], "available"),
 ]
 
