@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 from ba3c import checkpoint as ckpt
 from ba3c.evaluation import (PAPER_MAX_EPISODE_STEPS, POLICIES, STANDARD_MAX_EPISODE_FRAMES, EvalError,
-                             check_sticky_actions, evaluate_model, model_from_checkpoint, protocol_line)
+                             check_sticky_actions, checkpoint_config, evaluate_model, model_from_checkpoint,
+                             protocol_line)
 from ba3c.files import write_json
 from ba3c.simulators import ATARI
 from ba3c.workers import cores_available, set_tensorflow_threads
@@ -127,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise EvalError("--episodes, --num-envs and --max-episode-frames must be >= 1")
         check_sticky_actions(args.sticky_actions)
         loaded = locate_checkpoint(args.path)
+        spec, _ = checkpoint_config(loaded.checkpoint)  # a config this version cannot read: said before TF starts
+        check_sticky_actions(args.sticky_actions, spec)
         from ba3c.tfquiet import import_tensorflow_quietly
 
         import_tensorflow_quietly()

@@ -417,27 +417,33 @@ def protocol_line(p: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------- a model from a checkpoint
 
-def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, Config]:  # -> (keras model, spec, its run's config)
-    """Rebuild the network the checkpoint was trained with and load its weights (not the optimizer state)."""
-    from ba3c.model import build_model
-    from ba3c.simulators import resolve_env
+def checkpoint_config(c: Checkpoint) -> tuple[EnvSpec, Config]:
+    """The game and the config a checkpoint was trained with (no TensorFlow: callers check this first).
+    A config this version cannot read (options it does not know, values it rejects) is an EvalError."""
+    from ba3c.config import ConfigError
+    from ba3c.rundir import made_by
+    from ba3c.simulators import UnknownEnvError, resolve_env
 
     meta = c.meta
     missing = [k for k in ("config", "model", "num_actions", "obs_shape") if k not in meta]
     if missing:
         raise EvalError(f"checkpoint '{c.path}' lacks {', '.join(missing)} in its meta; it predates evaluation support")
-    from ba3c.config import ConfigError
-    from ba3c.rundir import made_by
-    from ba3c.simulators import UnknownEnvError
-
     ckpt_dir = os.path.dirname(os.path.abspath(c.path))
     run_dir = os.path.dirname(ckpt_dir) if os.path.basename(ckpt_dir) == "checkpoints" else ckpt_dir
     try:
         cfg = saved_config(meta["config"], f"the config saved in checkpoint '{c.path}'",
                            f"evaluate it with the ba3c that trained it ({made_by(run_dir)})")
-        spec = resolve_env(cfg.sim.env)
+        return resolve_env(cfg.sim.env), cfg
     except (ConfigError, UnknownEnvError) as e:
         raise EvalError(str(e)) from None
+
+
+def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, Config]:  # -> (keras model, spec, its run's config)
+    """Rebuild the network the checkpoint was trained with and load its weights (not the optimizer state)."""
+    from ba3c.model import build_model
+
+    spec, cfg = checkpoint_config(c)
+    meta = c.meta
     model = build_model(meta["model"], tuple(meta["obs_shape"]), int(meta["num_actions"]), seed=cfg.sim.seed)
     weights = model.weights
     try:  # model weights come first; the rest is optimizer state

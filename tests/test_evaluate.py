@@ -422,6 +422,12 @@ def test_sticky_actions_option_is_checked_and_recorded(tmp_path, capsys):
         assert len(err) == 1 and "--sticky-actions must be in [0, 1)" in err[0]
     with pytest.raises(evaluation.EvalError, match="not an Atari game"):
         evaluation.evaluate_model(model, EnvSpec("gym", "CartPole-v1"), 1, sticky_actions=0.25)
+    from test_config import write_run_from_elsewhere
+
+    write_run_from_elsewhere(tmp_path / "cartpole", {})  # a CartPole run: refused before anything is played
+    assert ev.main([str(tmp_path / "cartpole"), "--sticky-actions", "0.25"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CartPole-v1 is not an Atari game" in err[0]
 
 
 def test_periodic_and_command_line_evaluation_with_sticky_actions(tmp_path):
