@@ -37,7 +37,7 @@ from benchmarks.time_to_score import first_reach
 from benchmarks.time_to_score import main as time_to_score
 
 BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32}  # per rehearsed rank: the default preset's, the paper's
-DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:paper"
+DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:none,2048:paper"
 # The committed one-rank Pong run (default config: global batch 64, lr 5e-4 by the sqrt rule at its reference)
 EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
 
