@@ -101,6 +101,8 @@ class RunConfig:
                           "with probability 0.001, action 1 (FIRE) at 30 identical choices in a row, episodes "
                           "capped at 40,000 agent steps), greedy (plain argmax, capped at --max-episode-frames), "
                           "sampled, egreedy (0.05, DQN/Gorila)", choices=("paper", "greedy", "sampled", "egreedy"))
+    eval_sticky_actions: float = _f(0.0, "periodic evaluation with sticky actions (Atari): ALE's repeat_action_probability, "
+                                    "0 <= P < 1 (0: the training environment; 0.25: the BA3C authors' gym *-v0)")
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
@@ -224,6 +226,9 @@ def validate(cfg: Config) -> None:
     for name in ("guard_entropy_drop", "guard_lr_cut"):
         if not 0.0 < getattr(r, name) < 1.0:
             raise ConfigError(f"{_flag(name)}: must be in (0, 1), got {getattr(r, name)}")
+    if not 0.0 <= r.eval_sticky_actions < 1.0:
+        raise ConfigError(f"--eval-sticky-actions: must be in [0, 1) (the probability that an emulator frame repeats "
+                          f"the previous action), got {r.eval_sticky_actions}")
     if not 0.0 < l.gamma <= 1.0:
         raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
     for name in ("beta1", "beta2"):
@@ -333,6 +338,33 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     return Config().replace(**_from_nested(data, "config"))
 
 
-def saved_config(data: dict[str, Any]) -> Config:
-    """The config a run saved (config.json, a checkpoint's meta), with the options it predates set to what it ran with."""
-    return Config().replace(**{**IMPLIED_BY_OLDER_CONFIGS, **_from_nested(data, "saved config")})
+def unknown_options(data: Any) -> list[str]:
+    """The options in a saved config (nested by group, or flat) that this version does not have, as
+    group.name (or name), in the file's order: a config written by a newer version or another branch."""
+    if not isinstance(data, dict):
+        return []
+    known = set(all_option_names())
+    out: list[str] = []
+    for key, value in data.items():
+        if key in _GROUPS and isinstance(value, dict):
+            out += [f"{key}.{k}" for k in value if k not in known]
+        elif key not in known:
+            out.append(key)
+    return out
+
+
+def saved_config(data: dict[str, Any], source: str = "saved config", remedy: str = "") -> Config:
+    """The config a run saved (config.json, a checkpoint's meta), with the options it predates set to what it ran with.
+
+    Options this version does not know (the run was made by a newer version or another branch) are all
+    named in one ConfigError, from `source` (where the config came from) and with `remedy` (what to do)."""
+    unknown = unknown_options(data)
+    if unknown:
+        what = "option" if len(unknown) == 1 else "options"
+        raise ConfigError(f"{source} has {what} this version of ba3c does not know: {', '.join(unknown)} (the run was "
+                          f"made by a newer version or another branch)" + (f"; {remedy}" if remedy else ""))
+    try:
+        return Config().replace(**{**IMPLIED_BY_OLDER_CONFIGS, **_from_nested(data, source)})
+    except ConfigError as e:  # a known option with a value this version rejects (e.g. a choice it lacks)
+        msg = str(e) if str(e).startswith(source) else f"{source}: {e}"
+        raise ConfigError(msg + (f"; {remedy}" if remedy else "")) from None

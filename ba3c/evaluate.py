@@ -3,6 +3,7 @@
     python -m ba3c.evaluate runs/pong-20261101-120000 --episodes 50                 # the paper's protocol
     python -m ba3c.evaluate runs/pong-... --policy greedy                            # plain argmax, no anti-stuck rule
     python -m ba3c.evaluate runs/pong-... --policy egreedy --epsilon 0.05            # DQN / Gorila's protocol
+    python -m ba3c.evaluate runs/pong-... --sticky-actions 0.25                      # in the authors' *-v0 sticky actions
     python -m ba3c.evaluate runs/pong-.../checkpoints/ckpt-0000001234.npz --record pong.gif
 
 The command line around `ba3c.evaluation` (policies, episode quotas, the protocol and its
@@ -20,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ba3c import checkpoint as ckpt
-from ba3c.evaluation import (PAPER_MAX_EPISODE_STEPS, POLICIES, STANDARD_MAX_EPISODE_FRAMES, EvalError, evaluate_model,
-                             model_from_checkpoint, protocol_line)
+from ba3c.evaluation import (PAPER_MAX_EPISODE_STEPS, POLICIES, STANDARD_MAX_EPISODE_FRAMES, EvalError,
+                             check_sticky_actions, checkpoint_config, evaluate_model, model_from_checkpoint,
+                             protocol_line)
 from ba3c.files import write_json
 from ba3c.simulators import ATARI
 from ba3c.workers import cores_available, set_tensorflow_threads
@@ -102,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{PAPER_MAX_EPISODE_STEPS:,} agent steps); greedy: plain argmax (a Breakout agent may never "
                         "serve again); sampled: as in training; egreedy: DQN / Gorila")
     p.add_argument("--epsilon", type=float, default=0.05, help="random-action probability for --policy egreedy")
+    p.add_argument("--sticky-actions", type=float, default=0.0, metavar="P",
+                   help="Atari: ALE's repeat_action_probability, 0 <= P < 1: at every emulator frame the previous "
+                        "action is played again with probability P. 0: our environment (as trained); 0.25: the BA3C "
+                        "authors' (gym's *-v0). Recorded in the JSON's protocol and the table")
     p.add_argument("--num-envs", type=int, default=16, help="environments played in parallel")
     p.add_argument("--max-episode-frames", type=int, default=None,
                    help="Atari episode cap in emulator frames (episodes cut there count, marked truncated); default: "
@@ -109,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{PAPER_MAX_EPISODE_STEPS * ATARI.frameskip:,} frames, others {STANDARD_MAX_EPISODE_FRAMES:,})")
     p.add_argument("--seed", type=int, default=0, help="emulator seed (environment i gets seed + i) and action-noise seed")
     p.add_argument("--record", default="", metavar="OUT.gif", help="save environment 0's first episode as a GIF (Atari)")
-    p.add_argument("--json", default="", metavar="OUT.json", help="result file (default RUN_DIR/eval-<policy>.json)")
+    p.add_argument("--json", default="", metavar="OUT.json",
+                   help="result file (default RUN_DIR/eval-<policy>.json; with sticky actions eval-<policy>-sticky<P>.json)")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow and emulator threads (0: cores available)")
     return p
 
@@ -119,7 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.episodes < 1 or args.num_envs < 1 or (args.max_episode_frames is not None and args.max_episode_frames < 1):
             raise EvalError("--episodes, --num-envs and --max-episode-frames must be >= 1")
+        check_sticky_actions(args.sticky_actions)
         loaded = locate_checkpoint(args.path)
+        spec, _ = checkpoint_config(loaded.checkpoint)  # a config this version cannot read: said before TF starts
+        check_sticky_actions(args.sticky_actions, spec)
         from ba3c.tfquiet import import_tensorflow_quietly
 
         import_tensorflow_quietly()
@@ -129,11 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         model, spec, cfg = model_from_checkpoint(c)
         print(f"ba3c.evaluate: {spec.kind}:{spec.name} {c.meta['model']} from {c.path} "
               f"({int(c.meta.get('frames', 0)):,} frames, {int(c.meta.get('updates', 0)):,} updates); "
-              f"{args.episodes} episodes, {args.policy} protocol", flush=True)
+              f"{args.episodes} episodes, {args.policy} protocol"
+              + (f", sticky actions {args.sticky_actions:g}" if args.sticky_actions else ""), flush=True)
         result = evaluate_model(model, spec, args.episodes, args.policy, epsilon=args.epsilon,
                                 num_envs=args.num_envs, max_episode_frames=args.max_episode_frames, seed=args.seed,
                                 record_path=args.record or None, num_threads=threads,
-                                fire_after_life_loss=cfg.sim.life_loss == "terminal")  # as it trained
+                                fire_after_life_loss=cfg.sim.life_loss == "terminal",  # as it trained
+                                sticky_actions=args.sticky_actions)
     except EvalError as e:
         print(f"ba3c.evaluate: error: {e}", file=sys.stderr)
         return 2
@@ -141,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   frames=c.meta.get("frames"), updates=c.meta.get("updates"),
                   date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                   **training_cost(loaded.run_dir, c.meta))
-    out = args.json or os.path.join(loaded.run_dir, f"eval-{args.policy}.json")
+    sticky = f"-sticky{args.sticky_actions:g}" if args.sticky_actions else ""  # never over the evaluation without
+    out = args.json or os.path.join(loaded.run_dir, f"eval-{args.policy}{sticky}.json")
     write_json(out, result)
     print(format_table(result))
     if result["truncated_episodes"]:

@@ -4,7 +4,10 @@ weights) and by `python -m ba3c.evaluate` (on a checkpoint).
 
 Scores are the raw (unclipped) game scores of complete games (no life-loss episodes), with the
 simulators' Atari settings (`ba3c.simulators.AtariSettings`: up to 30 no-op starts, frameskip 4,
-no sticky actions, the minimal action set) and an episode cap.
+no sticky actions, the minimal action set) and an episode cap. Any protocol can be played with
+sticky actions (`sticky_actions`, ALE's repeat_action_probability: at every emulator frame the
+previous action is repeated with that probability); 0.25 is the authors' *-v0 environments' value.
+The record (`protocol_record`) states it, in `sticky_actions` and `environment`.
 
 A protocol (`PROTOCOLS`) says how actions are chosen and how long an episode may last:
 * paper: the BA3C authors' evaluation (deepsense-ai/Distributed-BA3C, src/OpenAIGym/train.py and
@@ -236,7 +239,8 @@ def play(sim: Simulator, predict, quotas: np.ndarray, choice: str, epsilon: floa
     return games
 
 
-def _check_options(episodes: int, num_envs: int, epsilon: float, max_episode_frames: int | None, policy: str) -> None:
+def _check_options(episodes: int, num_envs: int, epsilon: float, max_episode_frames: int | None, policy: str,
+                   sticky_actions: float = 0.0, spec: EnvSpec | None = None) -> None:
     if episodes < 1:
         raise EvalError(f"--episodes must be >= 1, got {episodes}")
     if num_envs < 1:
@@ -247,6 +251,17 @@ def _check_options(episodes: int, num_envs: int, epsilon: float, max_episode_fra
         raise EvalError(f"--max-episode-frames must be >= 1, got {max_episode_frames}")
     if policy not in PROTOCOLS:
         raise EvalError(f"--policy '{policy}' is not one of {', '.join(POLICIES)}")
+    check_sticky_actions(sticky_actions, spec)
+
+
+def check_sticky_actions(p: float, spec: EnvSpec | None = None, flag: str = "--sticky-actions") -> None:
+    """A repeat-action probability ALE can play: 0 <= p < 1 (1 would never take an action), Atari only."""
+    if not (isinstance(p, (int, float)) and 0.0 <= p < 1.0):  # also rejects nan
+        raise EvalError(f"{flag} must be in [0, 1) (the probability that an emulator frame repeats the previous "
+                        f"action; 0.25 for the BA3C authors' gym *-v0 environments), got {p}")
+    if p and spec is not None and spec.kind != "atari":
+        raise EvalError(f"{flag} {p}: sticky actions are an ALE setting; {spec.kind}:{spec.name} is not an Atari "
+                        f"game (use 0)")
 
 
 def episode_cap_frames(protocol: Protocol, spec: EnvSpec, max_episode_frames: int | None) -> int:
@@ -259,11 +274,12 @@ def episode_cap_frames(protocol: Protocol, spec: EnvSpec, max_episode_frames: in
 
 
 def _open_simulator(model, spec: EnvSpec, n: int, num_threads: int, max_episode_frames: int,
-                   fire_after_life_loss: bool) -> Simulator:
+                   fire_after_life_loss: bool, sticky_actions: float = 0.0) -> Simulator:
     """n synchronous simulators (every step answers all of them) that fit the model's input and output."""
     from ba3c.simulators import make_simulator
 
-    sim = make_simulator(spec, n, n, min(num_threads or cores_available(), n), max_episode_frames, fire_after_life_loss)
+    sim = make_simulator(spec, n, n, min(num_threads or cores_available(), n), max_episode_frames, fire_after_life_loss,
+                         sticky_actions)
     want = (tuple(model.inputs[0].shape[1:]), int(model.outputs[0].shape[-1]))
     if want != (sim.obs_shape, sim.num_actions):
         sim.close()
@@ -275,7 +291,7 @@ def _open_simulator(model, spec: EnvSpec, n: int, num_threads: int, max_episode_
 def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *, epsilon: float = 0.05,
                    num_envs: int = 16, max_episode_frames: int | None = None, seed: int = 0,
                    record_path: str | None = None, num_threads: int = 0,
-                   fire_after_life_loss: bool = False) -> dict[str, Any]:
+                   fire_after_life_loss: bool = False, sticky_actions: float = 0.0) -> dict[str, Any]:
     """Play `episodes` complete episodes with `model` (a keras model: obs -> (logits, value)) under the
     protocol named `policy` (PROTOCOLS); return scores and the protocol's record.
 
@@ -284,16 +300,17 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
     truncated); None: the protocol's cap (paper: 40,000 agent steps; else 108,000 frames).
     Gymnasium environments keep their own time limit. `record_path`: write environment 0's first
     episode as a GIF (image observations only). `num_threads` 0: the cores available.
+    `sticky_actions`: ALE's repeat_action_probability for this evaluation (Atari; 0 <= p < 1).
     """
     from ba3c.predictor import Predictor
     from ba3c.simulators import action_names
 
-    _check_options(episodes, num_envs, epsilon, max_episode_frames, policy)
+    _check_options(episodes, num_envs, epsilon, max_episode_frames, policy, sticky_actions, spec)
     proto = PROTOCOLS[policy]
     cap = episode_cap_frames(proto, spec, max_episode_frames)
     quotas = episode_quotas(episodes, num_envs)
     names = action_names(spec)
-    sim = _open_simulator(model, spec, len(quotas), num_threads, cap, fire_after_life_loss)
+    sim = _open_simulator(model, spec, len(quotas), num_threads, cap, fire_after_life_loss, sticky_actions)
     anti_stuck = None
     if proto.stuck_repeats:
         if sim.num_actions <= proto.stuck_action:
@@ -324,7 +341,8 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
         "length_frames": summarize([x * spec.frames_per_step for x in lengths]),
         "truncated_episodes": sum(g.truncated for g in games.results), "scores": scores, "lengths_steps": lengths,
         "anti_stuck_replaced": [g.replaced for g in games.results] if anti_stuck is not None else None,
-        "protocol": protocol_record(spec, proto, epsilon, episodes, len(quotas), cap, names, fire_after_life_loss),
+        "protocol": protocol_record(spec, proto, epsilon, episodes, len(quotas), cap, names, fire_after_life_loss,
+                                    sticky_actions),
         "seed": seed, "eval_wall_s": round(time.perf_counter() - t0, 3), "recording": None,
     }
     if record_path and games.frames:
@@ -336,7 +354,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
 
 def protocol_record(spec: EnvSpec, proto: Protocol, epsilon: float, episodes: int, num_envs: int,
                     max_episode_frames: int, names: list[str] | None,
-                    fire_after_life_loss: bool = False) -> dict[str, Any]:
+                    fire_after_life_loss: bool = False, sticky_actions: float = 0.0) -> dict[str, Any]:
     """What a reader needs to compare our number with a published one: the protocol and the environment played."""
     from importlib import metadata
 
@@ -347,7 +365,10 @@ def protocol_record(spec: EnvSpec, proto: Protocol, epsilon: float, episodes: in
         "name": proto.name, "choice": proto.choice,
         "policy": proto.description + (f" (epsilon={epsilon})" if egreedy else ""),
         "random_action_prob": epsilon if egreedy else proto.random_action_prob,
-        "anti_stuck": None, "episodes": episodes, "parallel_envs": num_envs, "reward": "raw game score, unclipped",
+        "anti_stuck": None,
+        # ALE's repeat_action_probability played (Atari; None: not an ALE game): 0 ours, 0.25 the authors' *-v0
+        "sticky_actions": float(sticky_actions) if spec.kind == "atari" else None,
+        "episodes": episodes, "parallel_envs": num_envs, "reward": "raw game score, unclipped",
         "episode_selection": "fixed per-environment quotas (unbiased by episode length)"}
     if proto.stuck_repeats:
         a = proto.stuck_action
@@ -357,12 +378,13 @@ def protocol_record(spec: EnvSpec, proto: Protocol, epsilon: float, episodes: in
                     f"action {a} is played instead, and at every further repeat of it (the authors' "
                     f"PreventStuckPlayer(player, {proto.stuck_repeats}, {a}))"}
     if spec.kind == "atari":
+        settings = dataclasses.replace(ATARI, repeat_action_probability=float(sticky_actions))
         p.update(max_episode_frames=max_episode_frames, max_episode_steps=max_episode_frames // spec.frames_per_step,
                  episode="full game (no life-loss termination)",
                  fire_after_life_loss=("FIRE pressed for the policy after each lost life (games with FIRE)"
                                        if fire_after_life_loss else "no (the policy presses FIRE itself)"),
                  environment={"simulator": "ale_py.vector_env.AtariVectorEnv", "ale_py": metadata.version("ale-py"),
-                              "game": spec.name, **dataclasses.asdict(ATARI), "reward_clipping": False,
+                              "game": spec.name, **dataclasses.asdict(settings), "reward_clipping": False,
                               "actions": names})
     else:
         p.update(max_episode_frames=None, max_episode_steps=None, episode="gymnasium's own termination and time limit",
@@ -395,17 +417,33 @@ def protocol_line(p: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------- a model from a checkpoint
 
-def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, Config]:  # -> (keras model, spec, its run's config)
-    """Rebuild the network the checkpoint was trained with and load its weights (not the optimizer state)."""
-    from ba3c.model import build_model
-    from ba3c.simulators import resolve_env
+def checkpoint_config(c: Checkpoint) -> tuple[EnvSpec, Config]:
+    """The game and the config a checkpoint was trained with (no TensorFlow: callers check this first).
+    A config this version cannot read (options it does not know, values it rejects) is an EvalError."""
+    from ba3c.config import ConfigError
+    from ba3c.rundir import made_by
+    from ba3c.simulators import UnknownEnvError, resolve_env
 
     meta = c.meta
     missing = [k for k in ("config", "model", "num_actions", "obs_shape") if k not in meta]
     if missing:
         raise EvalError(f"checkpoint '{c.path}' lacks {', '.join(missing)} in its meta; it predates evaluation support")
-    cfg = saved_config(meta["config"])
-    spec = resolve_env(cfg.sim.env)
+    ckpt_dir = os.path.dirname(os.path.abspath(c.path))
+    run_dir = os.path.dirname(ckpt_dir) if os.path.basename(ckpt_dir) == "checkpoints" else ckpt_dir
+    try:
+        cfg = saved_config(meta["config"], f"the config saved in checkpoint '{c.path}'",
+                           f"evaluate it with the ba3c that trained it ({made_by(run_dir)})")
+        return resolve_env(cfg.sim.env), cfg
+    except (ConfigError, UnknownEnvError) as e:
+        raise EvalError(str(e)) from None
+
+
+def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, Config]:  # -> (keras model, spec, its run's config)
+    """Rebuild the network the checkpoint was trained with and load its weights (not the optimizer state)."""
+    from ba3c.model import build_model
+
+    spec, cfg = checkpoint_config(c)
+    meta = c.meta
     model = build_model(meta["model"], tuple(meta["obs_shape"]), int(meta["num_actions"]), seed=cfg.sim.seed)
     weights = model.weights
     try:  # model weights come first; the rest is optimizer state

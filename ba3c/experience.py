@@ -10,7 +10,9 @@ from the value of the next observation), on termination (bootstrap 0) or on trun
 With `life_loss_terminal`, a lost life (`Batch.life_lost`) ends the segment like a termination
 (bootstrap 0) while the game goes on: the observation that lost the life takes no trained action
 (the simulator answers it with FIRE where the game has one), and the step after it counts in the
-game's score and length but in no return. Episodes, and their statistics, stay full games.
+game's score and length but in no return. Episodes, and their statistics, stay full games. Such
+steps are played all the same: each train batch says how many of them came before it
+(`TrainBatch.unsampled_steps`), so that the trainer's frame count includes them.
 """
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ class TrainBatch:
     advantages: np.ndarray  # float32 returns - value at acting time
     # int64 learner updates made when each action was chosen (policy lag = now - this); synthetic batches: 0
     versions: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    # agent steps played since the previous train batch that no sample holds (the FIRE step after a lost
+    # life with life_loss_terminal): emulator frames the trainer counts along with this batch's
+    unsampled_steps: int = 0
 
 
 @dataclass
@@ -75,6 +80,7 @@ class Experience:
         self._adv = np.empty(train_batch, np.float32)
         self._ver = np.empty(train_batch, np.int64)
         self._fill = 0
+        self._unsampled = 0  # steps played since the last train batch that no sample holds
 
     def add(self, batch: Batch, values: np.ndarray, actions: np.ndarray,
             version: int = 0) -> tuple[list[TrainBatch], list[Episode]]:
@@ -93,8 +99,10 @@ class Experience:
                 r = float(rewards[j])
                 b.score += r
                 b.length += 1
-                if b.obs:  # else the step after a lost life: the game's, but no trained action's
+                if b.obs:
                     b.rewards.append(np.sign(r) if self.clip_rewards else r)
+                else:  # the step after a lost life: the game's, but no trained action's
+                    self._unsampled += 1
             if terminated[j] or truncated[j]:
                 boot = 0.0 if (terminated[j] or life_end[j]) else float(values[j])
                 self._flush(b, boot, batches)
@@ -126,6 +134,6 @@ class Experience:
                 self._fill += 1
                 if self._fill == self.train_batch:
                     out.append(TrainBatch(self._obs.copy(), self._act.copy(), self._ret.copy(),
-                                          self._adv.copy(), self._ver.copy()))
-                    self._fill = 0
+                                          self._adv.copy(), self._ver.copy(), self._unsampled))
+                    self._fill = self._unsampled = 0
         b.obs.clear(); b.actions.clear(); b.values.clear(); b.versions.clear(); b.rewards.clear()

@@ -56,7 +56,7 @@ class Reporter:
         self.writer.write_json("meta.json", meta)
         self.recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=100)  # (score, length)
         self._last_t: float | None = None  # None: the state's clock start
-        self._last_updates = state.updates
+        self._last_updates, self._last_frames = state.updates, state.frames
         self._entropies: list[float] = []  # per sync interval since the last row
         self._grad_max = 0.0
         self._worst = HEALTHY
@@ -76,7 +76,7 @@ class Reporter:
         if now - last_t < self.run_cfg.log_interval_s and not force:
             return
         du, dt = state.updates - self._last_updates, max(now - last_t, 1e-9)
-        fps, ups = du * self.frames_per_update / dt, du / dt
+        fps, ups = (state.frames - self._last_frames) / dt, du / dt  # frames: with any FIRE steps after lost lives
         rets = [score for score, _ in self.recent]
         mean = float(np.mean(rets)) if rets else float("nan")
         eta = (self.total_updates - state.updates) / ups if ups > 0 else float("inf")
@@ -99,7 +99,7 @@ class Reporter:
         row["guard"], row["rollbacks"] = self._worst, state.rollbacks
         scalars["guard/rollbacks"] = state.rollbacks
         self.writer.log(row, scalars, state.frames)
-        self._last_t, self._last_updates = now, state.updates
+        self._last_t, self._last_updates, self._last_frames = now, state.updates, state.frames
         self._entropies, self._grad_max, self._worst = [], 0.0, HEALTHY
 
     def _returns_columns(self) -> dict[str, Any]:
@@ -156,7 +156,9 @@ class Reporter:
                               "max_episode_steps": proto["max_episode_steps"] or "",
                               "truncated_episodes": result["truncated_episodes"],
                               "anti_stuck_replaced": "" if result["anti_stuck_replaced"] is None
-                              else sum(result["anti_stuck_replaced"])}, frames)
+                              else sum(result["anti_stuck_replaced"]),
+                              "sticky_actions": "" if proto.get("sticky_actions") is None else proto["sticky_actions"]},
+                             frames)
         self.writer.write_json(EVAL_PROTOCOL_FILE, proto)
         print(f"ba3c: eval at {frames:,} frames: score {sc['mean']:.2f} +- {sc['std']:.2f} over {result['episodes']} "
               f"episodes ({result['truncated_episodes']} cut at the cap); {protocol_line(proto)}", flush=True)

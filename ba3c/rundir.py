@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import json
 import os
 import platform
 import socket
@@ -18,8 +19,10 @@ from ba3c.files import atomic_write, write_json
 # policy: the evaluation protocol's name (ba3c.evaluation.PROTOCOLS); its full record is in EVAL_PROTOCOL_FILE.
 # max_episode_steps: its episode cap (empty: gymnasium's own limit); truncated_episodes: episodes cut there;
 # anti_stuck_replaced: actions the paper protocol's anti-stuck rule replaced (empty: no such rule).
+# sticky_actions: ALE's repeat_action_probability played (empty: not an ALE game).
 EVAL_FIELDS = ["time_s", "frames", "updates", "policy", "episodes", "score_mean", "score_std", "score_median",
-               "score_min", "score_max", "length_mean", "max_episode_steps", "truncated_episodes", "anti_stuck_replaced"]
+               "score_min", "score_max", "length_mean", "max_episode_steps", "truncated_episodes", "anti_stuck_replaced",
+               "sticky_actions"]
 EVAL_PROTOCOL_FILE = "eval-protocol.json"  # the latest periodic evaluation's protocol record
 PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
                    "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",
@@ -173,6 +176,19 @@ def _upgrade_header(path: str, fields: list[str]) -> None:
     w.writeheader()
     w.writerows(rows)
     atomic_write(path, text.getvalue())
+
+
+def made_by(run_dir: str) -> str:
+    """Which ba3c wrote a run directory, in words for an error message: its meta.json's git SHA if it has one."""
+    try:
+        with open(os.path.join(run_dir, "meta.json")) as fh:
+            meta = json.load(fh)
+        sha = meta.get("git_sha") if isinstance(meta, dict) else None
+    except (OSError, ValueError):
+        sha = None
+    if sha:
+        return f"git commit {sha[:12]}, from {os.path.join(run_dir, 'meta.json')}"
+    return f"no git commit recorded in {os.path.join(run_dir, 'meta.json')}"
 
 
 def base_meta(dist_name: str, world_size: int) -> dict[str, Any]:

@@ -42,6 +42,7 @@ class RankStats(NamedTuple):
     learn_s: dict[str, float]          # learner's seconds per stage so far
     cpu_s: float                       # this process's CPU seconds since it began training
     entropy: float                     # this rank's policy entropy, mean over the updates since the last sync point
+    unsampled_steps: int = 0           # agent steps played with the batches trained since then that no sample holds
 
 
 def config_changes(old: dict[str, dict[str, Any]], new: Config) -> dict[str, list[Any]]:
@@ -82,6 +83,7 @@ class Trainer:
         self.report = self._open_report(resume, changes) if dist.is_root else None
         self._build_workers()
         self.stats: StepStats | None = None  # the last update's
+        self.unsampled_steps = 0  # this rank's, since the last sync point (TrainBatch.unsampled_steps)
         self.last_checkpoint_t = 0.0
         k = cfg.run.keep_every_frames  # the next multiple of it past which a kept checkpoint is due
         self.next_keep = (self.state.frames // k + 1) * k if k else 0
@@ -195,6 +197,7 @@ class Trainer:
         self.learn_timers.seconds["allreduce"] += self.stats.allreduce_s
         self.state.updates += 1
         self.state.frames += self.frames_per_update
+        self.unsampled_steps += batch.unsampled_steps  # rank 0 adds every rank's at the next sync point
         self.flag.started = True  # from now on a stop request checkpoints first
         self.watchdog.last_progress = time.monotonic()
         if self.sim_thread.error is not None:
@@ -206,7 +209,8 @@ class Trainer:
         r = self.cfg.run
         episodes = [(e.score, e.length) for e in self.sim_thread.drain_episodes()]
         mine = RankStats(episodes, dict(self.sim_thread.timers.seconds), dict(self.learn_timers.seconds),
-                         self.state.cpu_here(), self.interval.entropy_mean())
+                         self.state.cpu_here(), self.interval.entropy_mean(), self.unsampled_steps)
+        self.unsampled_steps = 0
         gathered = self.dist.gather(mine)
         plan = self._guard(gathered)  # None on ranks > 0 when the guard only warns
         timed_out = r.max_minutes > 0 and time.time() - self.state.t_start > r.max_minutes * 60
@@ -256,6 +260,9 @@ class Trainer:
         r = self.cfg.run
         episodes = [e for g in gathered for e in g.episodes]
         self.state.episodes += len(episodes)
+        # Steps the batches came with that no sample holds (the FIRE step after a lost life): played frames
+        # too. Only rank 0's count has them; the other ranks' state.frames is not read after start-up.
+        self.state.frames += sum(g.unsampled_steps for g in gathered) * self.spec.frames_per_step
         self.state.cpu_s = self.state.prior_cpu_s + sum(g.cpu_s for g in gathered)
         now = time.time()
         self.report.guard(plan, self.state, self.state.elapsed(now))
@@ -282,7 +289,8 @@ class Trainer:
         cap = None if r.eval_policy == "paper" else self.cfg.sim.max_episode_frames  # None: the paper's own cap
         return evaluate_model(model, self.spec, r.eval_episodes, r.eval_policy, num_envs=min(r.eval_episodes, 16),
                               max_episode_frames=cap, seed=10_000 + updates, num_threads=1,
-                              fire_after_life_loss=self.cfg.sim.life_loss == "terminal")
+                              fire_after_life_loss=self.cfg.sim.life_loss == "terminal",
+                              sticky_actions=r.eval_sticky_actions)
 
     def _save_checkpoint(self, kept: bool = False) -> None:
         assert self.report is not None

@@ -51,6 +51,7 @@ class Batch:
     truncated: np.ndarray    # (B,) bool
     env_ids: np.ndarray      # (B,) int
     life_lost: np.ndarray | None = None  # (B,) bool: a life was lost in that step, the game goes on; None: no lives
+    episode_frame: np.ndarray | None = None  # (B,) int: ALE's emulator frame number within the episode; None: not ALE
 
 
 class Simulator(Protocol):
@@ -98,7 +99,8 @@ def resolve_env(name: str) -> EnvSpec:
 class AtariSettings:
     """The ALE settings of every Atari simulator here, training and evaluation alike (AtariVectorEnv's
     keyword arguments): its defaults, the usual "ALE v5 without sticky actions" preprocessing. Passed
-    explicitly so that evaluation records can state what was played."""
+    explicitly so that evaluation records can state what was played. An evaluation may ask for sticky
+    actions (`make_simulator(sticky_actions=...)`, `ba3c.evaluate --sticky-actions`); nothing else varies."""
 
     frameskip: int = 4                        # agent steps repeat the action for 4 emulator frames
     repeat_action_probability: float = 0.0    # no sticky actions
@@ -143,15 +145,19 @@ class AtariSimulator:
     """ALE's C++ vector env; async when predict_batch < num_envs (first ready envs are returned)."""
 
     def __init__(self, spec: EnvSpec, num_envs: int, predict_batch: int, num_threads: int,
-                 max_episode_frames: int, fire_after_life_loss: bool = False) -> None:
+                 max_episode_frames: int, fire_after_life_loss: bool = False, sticky_actions: float = 0.0) -> None:
         from ale_py import Action
         from ale_py.vector_env import AtariVectorEnv
 
+        if not 0.0 <= sticky_actions < 1.0:
+            raise ValueError(f"sticky_actions must be in [0, 1), got {sticky_actions}")
         self.spec = spec
         self.num_envs, self.predict_batch = num_envs, predict_batch
+        # ATARI, but for the sticky actions (evaluation may ask for them: the BA3C authors played gym's *-v0)
+        self.settings = dataclasses.replace(ATARI, repeat_action_probability=float(sticky_actions))
         self._env = AtariVectorEnv(spec.name, num_envs, batch_size=predict_batch, num_threads=num_threads,
                                    max_num_frames_per_episode=max_episode_frames, reward_clipping=False,
-                                   autoreset_mode="NextStep", **dataclasses.asdict(ATARI))
+                                   autoreset_mode="NextStep", **dataclasses.asdict(self.settings))
         self.obs_shape = tuple(self._env.single_observation_space.shape)
         self.obs_dtype = np.dtype(np.uint8)
         self.num_actions = int(self._env.single_action_space.n)
@@ -173,7 +179,8 @@ class AtariSimulator:
         self._lives[ids] = lives
         self._last_ids = ids
         self._fire_now = life_lost if self.fire_action is not None else None
-        return Batch(obs, np.asarray(rew, np.float32), term, np.asarray(trunc, bool), ids, life_lost)
+        return Batch(obs, np.asarray(rew, np.float32), term, np.asarray(trunc, bool), ids, life_lost,
+                     np.asarray(info["episode_frame_number"], np.int64))
 
     def reset(self, seed: int) -> Batch:
         obs, info = self._guard(lambda: self._env.reset(seed=seed))
@@ -265,9 +272,12 @@ def action_names(spec: EnvSpec) -> list[str] | None:
 
 
 def make_simulator(spec: EnvSpec, num_envs: int, predict_batch: int, num_threads: int,
-                   max_episode_frames: int, fire_after_life_loss: bool = False) -> Simulator:
-    """Atari: asynchronous, `predict_batch` ready environments per recv(). Gymnasium: synchronous,
-    the whole vector is one batch (`predict_batch`, `num_threads`, the frame cap and FIRE do not apply)."""
+                   max_episode_frames: int, fire_after_life_loss: bool = False, sticky_actions: float = 0.0) -> Simulator:
+    """Atari: asynchronous, `predict_batch` ready environments per recv(); `sticky_actions`: ALE's
+    repeat_action_probability (each emulator frame keeps the previous action with this probability).
+    Gymnasium: synchronous, the whole vector is one batch (`predict_batch`, `num_threads`, the frame cap,
+    FIRE and sticky actions do not apply)."""
     if spec.kind == "atari":
-        return AtariSimulator(spec, num_envs, predict_batch, num_threads, max_episode_frames, fire_after_life_loss)
+        return AtariSimulator(spec, num_envs, predict_batch, num_threads, max_episode_frames, fire_after_life_loss,
+                              sticky_actions)
     return GymSimulator(spec, num_envs)

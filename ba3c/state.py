@@ -12,7 +12,8 @@ from typing import Any
 @dataclass
 class RunState:
     updates: int = 0
-    frames: int = 0       # emulator frames consumed by updates, all ranks together
+    frames: int = 0       # emulator frames played for the updates so far, all ranks together: the samples'
+    #                       agent steps and the steps no sample holds (FIRE after a lost life), x frameskip
     episodes: int = 0     # finished episodes, all ranks (counted on rank 0 at sync points)
     prior_time_s: float = 0.0  # training wall seconds before this process (earlier segments of a resumed run)
     cpu_s: float = 0.0         # CPU seconds of all ranks' processes since the run began, as of the last sync (rank 0)

@@ -25,8 +25,17 @@ def resolve(argv: Sequence[str] | None) -> tuple[Config, bool]:
         saved = os.path.join(resume_dir, "config.json")
         if not os.path.isfile(saved):
             raise ConfigError(f"--resume: '{resume_dir}' is not a run directory (no config.json in it)")
-        with open(saved) as fh:
-            old = saved_config(json.load(fh))
+        from ba3c.rundir import made_by
+
+        try:
+            with open(saved) as fh:
+                data = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--resume: cannot read '{saved}' ({e})") from None
+        old = saved_config(data, f"--resume: {saved}",
+                           f"resume it with the ba3c that made it ({made_by(resume_dir)}), or start a new run "
+                           f"(deleting them from config.json would resume under this version's behaviour, which "
+                           f"is not what the run trained with)")
         values.update({k: v for g in old.to_dict().values() for k, v in g.items()})
         for k in MODEL_DEFINING:
             if k in ns and ns[k] != values[k]:
@@ -92,6 +101,9 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
         if cfg.sim.life_loss != "ignore" and spec.kind != "atari":
             raise ConfigError(f"--life-loss {cfg.sim.life_loss}: {cfg.sim.env} has no lives (only Atari games do); "
                               f"use --life-loss ignore")
+        if cfg.run.eval_sticky_actions and spec.kind != "atari":
+            raise ConfigError(f"--eval-sticky-actions {cfg.run.eval_sticky_actions}: sticky actions are an ALE setting; "
+                              f"{cfg.sim.env} is not an Atari game (use 0)")
         check_world(cfg, dist_mod.world_size_hint())
         _check_fits(cfg, spec)
         run_dir = cfg.run.run_dir or default_run_dir(spec.name)

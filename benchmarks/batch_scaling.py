@@ -37,7 +37,7 @@ from benchmarks.time_to_score import first_reach
 from benchmarks.time_to_score import main as time_to_score
 
 BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32}  # per rehearsed rank: the default preset's, the paper's
-DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:paper"
+DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:none,2048:paper"
 # The committed one-rank Pong run (default config: global batch 64, lr 5e-4 by the sqrt rule at its reference)
 EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
 
@@ -75,6 +75,13 @@ class PointResult:
     cpu_hours: float | None     # CPU time of the trainer process so far
     source: str
     note: str = ""              # why an abandoned point was given up
+    # The policy at frame F, played by the periodic evaluation (paper protocol) where the point has
+    # an eval.csv. The training return lags it: an episode counted at F began about
+    # emulators x episode steps x frameskip frames earlier (3.3 M frames for a -21 Pong game at
+    # 1,024 emulators), so many-emulator points look later by the training criterion than they learn.
+    frames_to_target_eval: int | None = None
+    best_eval: float | None = None
+    emulators: int | None = None
 
 
 def parse_point(text: str) -> Point:
@@ -95,6 +102,30 @@ def run_dir(args: argparse.Namespace, p: Point) -> str:
 
 def progress_copy(args: argparse.Namespace, p: Point) -> str:
     return os.path.join(args.out, f"batch_scaling-{args.env.lower()}-{p.name}-progress.csv")
+
+
+def eval_copy(args: argparse.Namespace, p: Point) -> str:
+    return os.path.join(args.out, f"batch_scaling-{args.env.lower()}-{p.name}-eval.csv")
+
+
+def eval_rows_of(args: argparse.Namespace, p: Point) -> list[Row]:
+    """A point's periodic evaluations (eval.csv): its run directory if present, else the committed copy."""
+    for path in (os.path.join(run_dir(args, p), "eval.csv"), eval_copy(args, p)):
+        if os.path.exists(path):
+            return harness.read_rows(path)
+    return []
+
+
+def emulators_of(args: argparse.Namespace, p: Point) -> int | None:
+    """Simulators across the rehearsed ranks, from the run's config.json (None where it is not at hand)."""
+    for path in (os.path.join(run_dir(args, p), "config.json"), os.path.join(state_dir(args, p), "config.json")):
+        if os.path.exists(path):
+            with open(path) as fh:
+                cfg = json.load(fh)
+            flat = {k: v for group in cfg.values() if isinstance(group, dict) for k, v in group.items()} | cfg
+            if "num_envs" in flat:
+                return int(flat["num_envs"]) * int(flat.get("rehearse_ranks", 1) or 1)
+    return None
 
 
 def rows_of(args: argparse.Namespace, p: Point) -> tuple[list[Row], str]:
@@ -119,8 +150,12 @@ def summarize(args: argparse.Namespace, p: Point) -> PointResult | None:
     state = "reached" if hit else ("frame cap" if frames >= args.frame_cap else ("abandoned" if note else "partial"))
     best = max((float(r["return_mean20"]) for r in rows if r.get("return_mean20")), default=None)
     cpu = float(last["cpu_s"]) / 3600 if last.get("cpu_s") else None
+    evals = eval_rows_of(args, p)
+    eval_hit = first_reach(evals, args.target, "score_mean")
+    best_eval = max((float(r["score_mean"]) for r in evals if r.get("score_mean")), default=None)
     return PointResult(p.name, p.global_batch, p.rule, state, int(hit["frames"]) if hit else None, frames, best,
-                       float(last["time_s"]) / 3600, cpu, os.path.relpath(source, harness.ROOT), note)
+                       float(last["time_s"]) / 3600, cpu, os.path.relpath(source, harness.ROOT), note,
+                       int(eval_hit["frames"]) if eval_hit else None, best_eval, emulators_of(args, p))
 
 
 def abandoned_path(args: argparse.Namespace) -> str:
@@ -152,7 +187,7 @@ def state_dir(args: argparse.Namespace, p: Point) -> str:
     return os.path.join(args.out, "batch_scaling-state", f"{args.env.lower()}-{p.name}")
 
 
-STATE_FILES = ("config.json", "meta.json", "progress.csv")
+STATE_FILES = ("config.json", "meta.json", "progress.csv", "eval.csv", "events.csv")
 
 
 def save_state(run: str, state: str) -> None:
@@ -184,9 +219,12 @@ def run_point(args: argparse.Namespace, p: Point) -> None:
             "--tag", f"batch-{p.name}", "--nice", str(args.nice)]
     if resume:
         argv.append("--resume")
-    time_to_score(argv + ["--", *p.trainer_flags()])
+    evals = ["--eval-every-frames", str(args.eval_every_frames), "--eval-episodes", str(args.eval_episodes)]
+    time_to_score(argv + ["--", *p.trainer_flags(), *(evals if args.eval_every_frames else [])])
     if os.path.exists(os.path.join(d, "progress.csv")):
         shutil.copy(os.path.join(d, "progress.csv"), progress_copy(args, p))
+    if os.path.exists(os.path.join(d, "eval.csv")):
+        shutil.copy(os.path.join(d, "eval.csv"), eval_copy(args, p))
     if os.path.isdir(os.path.join(d, "checkpoints")):
         save_state(d, state_dir(args, p))
 
@@ -198,10 +236,14 @@ def plot(results: list[PointResult], args: argparse.Namespace, points: list[Poin
         rows, _ = rows_of(args, p)
         xs = [int(r["frames"]) / 1e6 for r in rows if r.get("return_mean20")]
         ys = [float(r["return_mean20"]) for r in rows if r.get("return_mean20")]
-        if xs:
-            ax1.plot(xs, ys, label=f"global batch {p.global_batch}, {p.rule}")
+        line = ax1.plot(xs, ys, label=f"global batch {p.global_batch}, {p.rule}: training mean-20")[0] if xs else None
+        evals = [r for r in eval_rows_of(args, p) if r.get("score_mean")]
+        if evals:
+            ax1.plot([int(r["frames"]) / 1e6 for r in evals], [float(r["score_mean"]) for r in evals], ls="--",
+                     marker=".", color=line.get_color() if line else None,
+                     label=f"global batch {p.global_batch}, {p.rule}: evaluation (policy at that frame)")
     ax1.axhline(args.target, color="grey", ls=":")
-    ax1.set(xlabel="frames (M)", ylabel="training return, mean of last 20", title=f"{args.env}: return against frames")
+    ax1.set(xlabel="frames (M)", ylabel="return", title=f"{args.env}: return against frames")
     ax1.legend(fontsize=8)
     for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^")):
         done = [r for r in results if r.rule == rule]
@@ -222,19 +264,24 @@ def analyze(args: argparse.Namespace, points: list[Point]) -> list[PointResult]:
     results = [r for r in (summarize(args, p) for p in points) if r is not None]
     out: dict[str, Any] = {"env": args.env, "target_return_mean20": args.target, "frame_cap": args.frame_cap,
                            "protocol": "one-machine rehearsal (--rehearse-ranks) of a run at each global batch; "
-                                       "criterion: mean training return of the last 20 episodes (sampled policy)",
+                                       "criterion: mean training return of the last 20 episodes (sampled policy); "
+                                       "frames_to_target_eval: the first periodic evaluation (paper protocol) at the "
+                                       "target, where the point has one",
                            "machine": harness.machine(), "points": [asdict(r) for r in results]}
     os.makedirs(args.out, exist_ok=True)
     name = "batch_scaling" if args.env == "pong" else f"batch_scaling-{args.env.lower()}"
     with open(os.path.join(args.out, f"{name}.json"), "w") as fh:
         json.dump(out, fh, indent=2)
     plot(results, args, points, os.path.join(args.out, f"{name}.png"))
-    print(f"{'point':<16}{'state':<11}{'frames to target':>18}{'frames so far':>15}{'best mean-20':>14}{'wall h':>8}")
+    print(f"{'point':<16}{'state':<11}{'frames to target':>18}{'(by eval)':>12}{'frames so far':>15}"
+          f"{'best mean-20':>14}{'best eval':>11}{'wall h':>8}")
     for r in results:
         ftt = f"{r.frames_to_target:,}" if r.frames_to_target else "-"
+        fte = f"{r.frames_to_target_eval:,}" if r.frames_to_target_eval else "-"
         best = f"{r.best_return_mean20:.1f}" if r.best_return_mean20 is not None else "-"
-        print(f"{r.point:<16}{r.state:<11}{ftt:>18}{r.frames_total:>15,}{best:>14}{r.wall_hours or 0:>8.2f}"
-              + (f"  ({r.note})" if r.note else ""))
+        best_e = f"{r.best_eval:.1f}" if r.best_eval is not None else "-"
+        print(f"{r.point:<16}{r.state:<11}{ftt:>18}{fte:>12}{r.frames_total:>15,}{best:>14}{best_e:>11}"
+              f"{r.wall_hours or 0:>8.2f}" + (f"  ({r.note})" if r.note else ""))
     return results
 
 
@@ -249,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frame-cap", type=int, default=40_000_000)
     p.add_argument("--max-hours", type=float, default=2.0, help="this invocation's budget for the point")
     p.add_argument("--nice", type=int, default=10)
+    p.add_argument("--eval-every-frames", type=int, default=1_000_000,
+                   help="periodic evaluation (paper protocol) of the policy at that frame, beside the training "
+                        "criterion, which lags it by a game's frames on every emulator (0: off)")
+    p.add_argument("--eval-episodes", type=int, default=5)
     p.add_argument("--abandon", default="", help="give up a point (GLOBAL_BATCH:RULE) that will not reach the target; "
                                                  "needs --reason")
     p.add_argument("--reason", default="", help="with --abandon: what the curve showed")

@@ -95,11 +95,16 @@ def policy_label(ev: dict[str, Any]) -> str:
     return f"egreedy {ev.get('epsilon')}" if ev["policy"] == "egreedy" else ev["policy"]
 
 
+def sticky_actions(ev: dict[str, Any]) -> float:
+    """The repeat-action probability an evaluation played (records from before the option: none, 0)."""
+    return float((ev.get("protocol") or {}).get("sticky_actions") or 0.0)
+
+
 def select(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One evaluation per (game, policy): most training frames, then newest."""
-    best: dict[tuple[str, str], dict[str, Any]] = {}
+    """One evaluation per (game, policy, sticky actions): most training frames, then newest."""
+    best: dict[tuple[str, str, float], dict[str, Any]] = {}
     for ev in evals:
-        key = (ev["game"], policy_label(ev))
+        key = (ev["game"], policy_label(ev), sticky_actions(ev))
         rank = (ev.get("frames") or 0, ev.get("date") or "")
         if key not in best or rank > (best[key].get("frames") or 0, best[key].get("date") or ""):
             best[key] = ev
@@ -114,7 +119,8 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
         cap, steps = proto.get("max_episode_frames"), proto.get("max_episode_steps")
         notes = ["" if cap is None or cap == STANDARD_MAX_EPISODE_FRAMES
                  else f"cap {steps:,} agent steps" if steps else f"cap {cap:,} frames",
-                 "FIRE after a lost life" if str(proto.get("fire_after_life_loss", "")).startswith("FIRE") else ""]
+                 "FIRE after a lost life" if str(proto.get("fire_after_life_loss", "")).startswith("FIRE") else "",
+                 f"sticky actions {sticky_actions(ev):g}" if sticky_actions(ev) else ""]
         note = ", ".join(n for n in notes if n)
         rows.append(Row(game=ev["game"], policy=policy_label(ev), protocol_note=note,
                         mean=float(ev["score"]["mean"]), std=float(ev["score"]["std"]),

@@ -248,15 +248,24 @@ def to_json(data: ScalingData, a: Analysis | None) -> dict[str, Any]:
 def frames_from_batch_scaling(d: dict[str, Any]) -> list[sm.FramesToScore]:
     """Per global batch in a batch_scaling.json: the fewest frames to the target over the points that
     reached it; None where every finished point failed (frame cap, abandoned); unfinished points
-    (partial) are not a measurement and are left out."""
+    (partial) are not a measurement and are left out unless their periodic evaluation reached the
+    target. A point's frames are its evaluation's where it has one at the target (the policy at that
+    frame), else its training return's (which lags by a game on every emulator); the source says which."""
+    def frames(p: dict[str, Any]) -> tuple[float, str] | None:
+        if p.get("frames_to_target_eval"):
+            return float(p["frames_to_target_eval"]), f"{p['point']} (evaluation)"
+        if p.get("frames_to_target"):
+            return float(p["frames_to_target"]), f"{p['point']} (training return)"
+        return None
+
     by: dict[int, list[dict[str, Any]]] = {}
     for p in d.get("points", []):
-        if p.get("state") != "partial":
+        if p.get("state") != "partial" or p.get("frames_to_target_eval"):
             by.setdefault(int(p["global_batch"]), []).append(p)
     out = []
     for batch, pts in sorted(by.items()):
-        reached = [p for p in pts if p.get("frames_to_target")]
-        best = min(reached, key=lambda p: p["frames_to_target"]) if reached else None
-        out.append(sm.FramesToScore(batch, float(best["frames_to_target"]) if best else None,
-                                    best["point"] if best else ", ".join(f"{p['point']}: {p['state']}" for p in pts)))
+        reached = [f for f in map(frames, pts) if f]
+        best = min(reached) if reached else None
+        out.append(sm.FramesToScore(batch, best[0] if best else None,
+                                    best[1] if best else ", ".join(f"{p['point']}: {p['state']}" for p in pts)))
     return out

@@ -30,7 +30,7 @@ def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "out"
     base = [sys.executable, "-m", "benchmarks.batch_scaling", "--env", "CartPole-v1", "--points", "64:sqrt,128:sqrt",
             "--target", "60", "--frame-cap", "30000", "--max-hours", "0.05", "--nice", "0",
-            "--runs-dir", str(runs), "--out", str(out)]
+            "--eval-every-frames", "10000", "--eval-episodes", "2", "--runs-dir", str(runs), "--out", str(out)]
     p = subprocess.run([*base, "--run", "128:sqrt"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                        timeout=900)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -43,6 +43,9 @@ def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     assert point["point"] == "gb128-sqrt" and point["state"] in ("reached", "frame cap")
     assert point["frames_total"] >= (point["frames_to_target"] or 30000) and point["cpu_hours"] > 0
     assert (out / "batch_scaling-cartpole-v1.png").stat().st_size > 5000
+    # the periodic evaluation ran beside the training criterion and its curve is kept with the results
+    evals = (out / "batch_scaling-cartpole-v1-gb128-sqrt-eval.csv").read_text().splitlines()
+    assert len(evals) >= 2 and point["best_eval"] is not None and point["emulators"] == 2 * config["sim"]["num_envs"]
     # the committed copy of progress.csv carries the curve once the run directory is gone ...
     shutil.rmtree(runs)
     p = subprocess.run([*base, "--analyze-only"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
@@ -50,6 +53,7 @@ def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     again = json.loads((out / "batch_scaling-cartpole-v1.json").read_text())
     assert again["points"][0]["frames_total"] == point["frames_total"]
+    assert again["points"][0]["best_eval"] == point["best_eval"]
     assert "batch_scaling-cartpole-v1-gb128-sqrt-progress.csv" in again["points"][0]["source"]
     # ... and the kept state continues the point on a "new machine" (no run directory)
     state = out / "batch_scaling-state" / "cartpole-v1-gb128-sqrt"

@@ -87,6 +87,9 @@ BAD = [
     (["--rehearse-ranks", "0"], "--rehearse-ranks"),
     (["--life-loss", "reset"], "--life-loss"),
     (["--env", "CartPole-v1", "--life-loss", "terminal"], "--life-loss terminal"),
+    (["--eval-sticky-actions", "1"], "--eval-sticky-actions"),
+    (["--eval-sticky-actions", "-0.25"], "--eval-sticky-actions"),
+    (["--env", "CartPole-v1", "--eval-sticky-actions", "0.25"], "--eval-sticky-actions"),
     (["--model", "paper", "--train-batch", "4096", "--num-envs", "100000", "--predict-batch", "16"], "available"),
 ]
 
@@ -178,3 +181,46 @@ def test_configs_saved_before_the_exchange_options_keep_the_grouped_float32_exch
     assert config_changes(old, resumed) == {}
     changed, _ = resolve(["--resume", str(run), "--allreduce", "per-tensor"])
     assert config_changes(old, changed) == {"allreduce": ["grouped", "per-tensor"]}
+
+
+def write_run_from_elsewhere(run, extra: dict, value_changes: dict | None = None) -> dict:
+    """A run directory whose config.json (and one checkpoint's meta) was written by another ba3c: options this
+    version lacks (`extra`, group -> {name: value}) or values it rejects (`value_changes`)."""
+    import numpy as np
+
+    from ba3c import checkpoint as ckpt
+
+    saved = Config().replace(env="CartPole-v1", run_dir=str(run)).to_dict()
+    for group, opts in extra.items():
+        saved[group].update(opts)
+    for group, opts in (value_changes or {}).items():
+        saved[group].update(opts)
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(saved))
+    (run / "meta.json").write_text(json.dumps({"git_sha": "0123456789abcdef0123456789abcdef01234567"}))
+    ckpt.save(str(run / "checkpoints"), 7, [np.zeros(2, np.float32)],
+              {"config": saved, "model": "mlp", "num_actions": 2, "obs_shape": [4], "updates": 7, "frames": 140,
+               "episodes": 1}, 3)
+    return saved
+
+
+def test_resume_of_a_run_with_unknown_options_is_one_line(tmp_path):
+    """config.json from a newer version or another branch: every unknown option named, what to do said, no traceback."""
+    run = tmp_path / "newer"
+    write_run_from_elsewhere(run, {"sim": {"sticky_training": 0.25}, "run": {"fancy_logger": True}})
+    p = subprocess.run([sys.executable, "-c", MAIN_THEN_TF, "--resume", str(run)], cwd=ROOT, env=subprocess_env(),
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ba3c: error: --resume:"), p.stderr
+    assert "sim.sticky_training, run.fancy_logger" in lines[0] and "does not know" in lines[0]
+    assert "git commit 0123456789ab" in lines[0] and "start a new run" in lines[0]
+    assert "tensorflow imported: False" in p.stdout
+    # a known option with a value this version lacks, and a config.json that is not JSON
+    bad_value = tmp_path / "other"
+    write_run_from_elsewhere(bad_value, {}, {"sim": {"life_loss": "episodic"}})
+    with pytest.raises(ConfigError, match=r"--resume: .*config.json: --life-loss: 'episodic' is not one of .*git commit"):
+        resolve(["--resume", str(bad_value)])
+    (bad_value / "config.json").write_text("{truncated")
+    with pytest.raises(ConfigError, match="--resume: cannot read"):
+        resolve(["--resume", str(bad_value)])

@@ -351,3 +351,113 @@ def test_scores_table_names_the_paper_protocol(tmp_path):
     assert [(r.policy, r.protocol_note) for r in rows] == [("paper", "cap 40,000 agent steps")]
     md = cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
     assert "| Breakout | 300.0 ± 1.5 | paper, cap 40,000 agent steps |" in md and "anti-stuck rule" in md
+
+
+def test_checkpoint_with_unknown_options_is_one_line(tmp_path, capsys):
+    """A checkpoint whose saved config has options this version lacks (a newer version, another branch):
+    one line that names them all and says what to do, exit status 2, not a traceback."""
+    from test_config import write_run_from_elsewhere
+
+    run = tmp_path / "newer"
+    write_run_from_elsewhere(run, {"sim": {"sticky_training": 0.25}, "learn": {"optimizer": "lamb"}})
+    for path in (run, next((run / "checkpoints").glob("ckpt-*.npz"))):
+        assert ev.main([str(path), "--episodes", "1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ba3c.evaluate: error:"), err
+        assert "sim.sticky_training, learn.optimizer" in err[0] and "does not know" in err[0]
+        assert "evaluate it with the ba3c that trained it (git commit 0123456789ab" in err[0]
+    other = tmp_path / "other"
+    write_run_from_elsewhere(other, {}, {"sim": {"life_loss": "episodic"}})
+    assert ev.main([str(other), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--life-loss: 'episodic' is not one of" in err[0]
+
+
+# ---------------------------------------------------------------- sticky actions
+
+def last_frames_after(action: int, sticky: float, n: int = 8, steps: int = 10) -> np.ndarray:
+    """Breakout, n environments: the frames after `steps` steps of one constant action."""
+    from ba3c.simulators import AtariSimulator, EnvSpec
+
+    sim = AtariSimulator(EnvSpec("atari", "breakout"), n, n, 1, 108_000, sticky_actions=sticky)
+    assert sim.settings.repeat_action_probability == sticky
+    try:
+        sim.reset(seed=4)
+        for _ in range(steps):
+            sim.send(np.full(n, action, np.int32))
+            b = sim.recv()
+        return np.array(b.obs[:, -1])
+    finally:
+        sim.close()
+
+
+def test_sticky_actions_reach_the_emulator():
+    """The probability reaches ALE: with sticky actions near 1 the agent's change from the start's action to
+    RIGHT is mostly never taken (each emulator frame keeps the previous action with probability 0.999), so
+    the games look as if it had played NOOP; without them the paddle moves in every game."""
+    n = 8
+    for sticky, want_same in ((0.0, 0), (0.999, 6)):
+        same = (last_frames_after(0, sticky, n) == last_frames_after(2, sticky, n)).all(axis=(1, 2))  # NOOP vs RIGHT
+        assert (same.sum() >= want_same) if want_same else not same.any(), (sticky, same)
+    with pytest.raises(ValueError, match="sticky_actions must be in"):
+        last_frames_after(0, 1.0)
+
+
+def test_sticky_actions_option_is_checked_and_recorded(tmp_path, capsys):
+    from ba3c.simulators import EnvSpec
+
+    model, spec = constant_policy(4, 0), EnvSpec("atari", "breakout")
+    result = evaluation.evaluate_model(model, spec, 2, "paper", num_envs=2, max_episode_frames=800, num_threads=1,
+                                       sticky_actions=0.25)
+    p = json.loads(json.dumps(result["protocol"]))
+    assert p["sticky_actions"] == 0.25 and p["environment"]["repeat_action_probability"] == 0.25
+    assert "sticky 0.25" in ev.format_table(result).splitlines()[0]
+    plain = evaluation.evaluate_model(model, spec, 1, "greedy", num_envs=1, max_episode_frames=40, num_threads=1)
+    assert plain["protocol"]["sticky_actions"] == 0.0 and "sticky 0," in ev.format_table(plain).splitlines()[0]
+    for bad in (1.0, -0.1, float("nan")):
+        with pytest.raises(evaluation.EvalError, match=r"--sticky-actions must be in \[0, 1\)"):
+            evaluation.evaluate_model(model, spec, 1, sticky_actions=bad)
+        assert ev.main([str(tmp_path / "nowhere"), "--sticky-actions", str(bad)]) == 2  # before any file is read
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--sticky-actions must be in [0, 1)" in err[0]
+    with pytest.raises(evaluation.EvalError, match="not an Atari game"):
+        evaluation.evaluate_model(model, EnvSpec("gym", "CartPole-v1"), 1, sticky_actions=0.25)
+    from test_config import write_run_from_elsewhere
+
+    write_run_from_elsewhere(tmp_path / "cartpole", {})  # a CartPole run: refused before anything is played
+    assert ev.main([str(tmp_path / "cartpole"), "--sticky-actions", "0.25"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CartPole-v1 is not an Atari game" in err[0]
+
+
+def test_periodic_and_command_line_evaluation_with_sticky_actions(tmp_path):
+    """--eval-sticky-actions reaches eval.csv and eval-protocol.json; `ba3c.evaluate --sticky-actions` the JSON
+    (under a name of its own, beside the evaluation without) and the table."""
+    run = tmp_path / "bo"
+    run_train(["--env", "breakout", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "32",
+               "--total-frames", "2000", "--run-dir", str(run), "--stats-interval-updates", "5",
+               "--eval-every-frames", "1000", "--eval-episodes", "1", "--eval-policy", "greedy",
+               "--max-episode-frames", "2000", "--eval-sticky-actions", "0.25"], timeout=300)
+    with open(run / "eval.csv", newline="") as fh:
+        evals = list(csv.DictReader(fh))
+    assert evals and all(e["sticky_actions"] == "0.25" for e in evals)
+    assert json.loads((run / "eval-protocol.json").read_text())["sticky_actions"] == 0.25
+    p = run_evaluate([str(run), "--episodes", "1", "--num-envs", "1", "--policy", "greedy",
+                      "--max-episode-frames", "400", "--sticky-actions", "0.25", "--threads", "1"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads((run / "eval-greedy-sticky0.25.json").read_text())
+    assert data["protocol"]["sticky_actions"] == 0.25 and "sticky 0.25" in p.stdout
+    assert not (run / "eval-greedy.json").exists()
+
+
+def test_scores_table_keeps_sticky_evaluations_apart(tmp_path):
+    """The same checkpoint evaluated with and without sticky actions: two rows, the sticky one noted."""
+    cmp = load_compare()
+    proto = {"name": "paper", "max_episode_frames": 160_000, "max_episode_steps": 40_000}
+    for name, sticky, mean in (("eval-paper.json", 0.0, 300.0), ("eval-paper-sticky0.25.json", 0.25, 250.0)):
+        (tmp_path / name).write_text(json.dumps(fake_eval("breakout", "paper", mean, 9_000_000, "2026-12-01",
+                                                          protocol={**proto, "sticky_actions": sticky})))
+    pub = cmp.load_published(cmp.DEFAULT_PUBLISHED)
+    rows = cmp.build_rows(cmp.find_evals([tmp_path]), pub)
+    assert sorted((r.mean, r.protocol_note) for r in rows) == [
+        (250.0, "cap 40,000 agent steps, sticky actions 0.25"), (300.0, "cap 40,000 agent steps")]

@@ -115,6 +115,10 @@ def test_trainer_records_the_option_and_evaluation_presses_fire_as_trained(tmp_p
                "--train-batch", "32", "--total-frames", "2000", "--run-dir", str(run), "--log-interval-s", "0.5",
                "--stats-interval-updates", "5"], timeout=300)
     assert json.loads((run / "config.json").read_text())["sim"]["life_loss"] == "terminal"
+    # the frames counted hold the FIRE steps after lost lives (untrained, but played) besides 32 x 4 per update
+    meta = json.loads((run / "meta.json").read_text())
+    fire_frames = meta["final_frames"] - meta["final_update"] * 32 * 4
+    assert fire_frames > 0 and fire_frames % 4 == 0, meta["final_frames"]
     out = tmp_path / "eval.json"
     p = subprocess.run([sys.executable, "-m", "ba3c.evaluate", str(run), "--episodes", "2", "--num-envs", "2",
                         "--max-episode-frames", "20000", "--json", str(out), "--threads", "1"],
@@ -123,3 +127,46 @@ def test_trainer_records_the_option_and_evaluation_presses_fire_as_trained(tmp_p
     result = json.loads(out.read_text())
     assert result["episodes"] == 2 and result["truncated_episodes"] == 0
     assert result["protocol"]["fire_after_life_loss"].startswith("FIRE pressed")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("life_loss", ["terminal", "ignore"])
+def test_frames_counted_are_the_emulators_frames(life_loss):
+    """Whole Breakout games, one environment: the frames the trainer counts (its train batches' samples plus
+    the steps they say no sample holds, x frameskip) must equal ALE's own frame counter over each game,
+    from its first observation (after the no-op starts and the FIRE that start every game) to its last,
+    with the game's last step counted whole: ALE stops a step's frameskip at the game over, 1-4 frames in.
+    With --life-loss terminal a NOOP agent (the simulator presses FIRE after each lost life; that step
+    trains nothing but is played); with ignore a random agent (which serves the ball itself)."""
+    from ba3c.simulators import ATARI
+
+    terminal = life_loss == "terminal"
+    sim = AtariSimulator(resolve_env("breakout"), 1, 1, 1, 108_000, fire_after_life_loss=terminal)
+    # train_batch 1: every sample leaves in a batch at once, so nothing is left half-counted at a game's end
+    exp = Experience(1, sim.obs_shape, sim.obs_dtype, n_step=5, gamma=0.99, train_batch=1, clip_rewards=True,
+                     life_loss_terminal=terminal)
+    rng = np.random.default_rng(5)
+    games, counted, emulator, lives_lost, start, prev = 0, 0, 0, 0, None, 0
+    try:
+        b = sim.reset(seed=21)
+        while games < 2:
+            if start is None:
+                start = int(b.episode_frame[0])  # the game's first observation
+            lives_lost += int(b.life_lost[0])
+            if b.terminated[0] or b.truncated[0]:
+                assert not b.truncated[0], "the game ran to the frame cap"
+                assert 1 <= int(b.episode_frame[0]) - prev <= ATARI.frameskip
+                emulator += prev + ATARI.frameskip - start
+                games, start = games + 1, None
+            prev = int(b.episode_frame[0])
+            a = np.zeros(1, np.int64) if terminal else rng.integers(0, sim.num_actions, 1)
+            sim.send(a)
+            batches, _ = exp.add(b, np.zeros(1, np.float32), a)
+            counted += sum(len(tb.actions) + tb.unsampled_steps for tb in batches) * ATARI.frameskip
+            b = sim.recv()
+    finally:
+        sim.close()
+    assert lives_lost == 8 and emulator > 0  # two games of 5 lives: 4 lost lives each before the game over
+    assert counted == emulator

@@ -138,3 +138,23 @@ def test_time_to_score_projection_by_hand():
     assert two.minutes == pytest.approx(1.2e6 / 1600 / 60) and two.ideal_minutes == pytest.approx(one.minutes / 2)
     assert four.minutes == pytest.approx(1.8e6 / 3000 / 60) and four.frames_source == "measured"
     assert all(p.modelled for p in (one, two, four))
+
+
+def test_frames_from_batch_scaling_prefers_the_evaluation_and_keeps_partial_points_only_when_evaluated():
+    from benchmarks.scaling_results import frames_from_batch_scaling
+    d = {"points": [
+        {"point": "gb64-sqrt", "global_batch": 64, "state": "reached", "frames_to_target": 10e6},
+        {"point": "gb2048-sqrt", "global_batch": 2048, "state": "abandoned", "frames_to_target": None},
+        {"point": "gb2048-none", "global_batch": 2048, "state": "partial", "frames_to_target": None,
+         "frames_to_target_eval": 12e6},
+        {"point": "gb2048-paper", "global_batch": 2048, "state": "reached", "frames_to_target": 20e6,
+         "frames_to_target_eval": 14e6},
+        {"point": "gb1024-sqrt", "global_batch": 1024, "state": "partial", "frames_to_target": None},
+    ]}
+    got = {f.global_batch: f for f in frames_from_batch_scaling(d)}
+    assert sorted(got) == [64, 2048]  # the unevaluated partial point is no measurement
+    assert got[64].frames == 10e6 and got[64].source == "gb64-sqrt (training return)"
+    assert got[2048].frames == 12e6 and got[2048].source == "gb2048-none (evaluation)"
+    d["points"][2]["frames_to_target_eval"] = None
+    got = {f.global_batch: f for f in frames_from_batch_scaling(d)}
+    assert got[2048].frames == 14e6 and got[2048].source == "gb2048-paper (evaluation)"
