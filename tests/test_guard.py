@@ -236,15 +236,20 @@ def test_guard_rolls_back_a_real_collapse_and_training_goes_on(tmp_path):
 
 def test_warn_mode_reports_a_collapse_once(tmp_path):
     """--collapse-guard warn: an absurd learning rate without entropy bonus drives the policy deterministic
-    within a few updates, for good; the trainer says so once, and what to do."""
+    within a few updates; the trainer says so once per collapse (not once per interval inside it: a
+    second warning needs an interval judged healthy in between), and what to do, and never rolls back."""
     run = tmp_path / "c"
     p = run_train(["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--lr", "0.5", "--entropy-coef", "0",
                    "--clip-norm", "0", "--lr-scaling", "none", "--total-frames", "12000", "--log-interval-s", "0.5",
                    "--stats-interval-updates", "5", "--collapse-guard", "warn", "--run-dir", str(run)])
-    assert p.stderr.count("policy has collapsed") == 1, p.stderr[-2000:]
+    warns = events(run)
+    assert warns and all(e["event"] == "warn" for e in warns), p.stderr[-2000:]
+    assert p.stderr.count("policy has collapsed") == len(warns), p.stderr[-2000:]
     assert "--collapse-guard rollback" in p.stderr and "--resume" in p.stderr
-    assert [e["event"] for e in events(run)] == ["warn"]
-    assert progress(run)[-1]["guard"] == "collapsed" and progress(run)[-1]["rollbacks"] == "0"
+    stats_interval = 5
+    at = [int(e["updates"]) for e in warns]
+    assert all(b - a >= 2 * stats_interval for a, b in zip(at, at[1:])), at
+    assert all(r["rollbacks"] == "0" for r in progress(run))
 
 
 def test_two_ranks_roll_back_together_then_give_up(tmp_path):
