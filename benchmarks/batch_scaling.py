@@ -100,20 +100,17 @@ def run_dir(args: argparse.Namespace, p: Point) -> str:
     return os.path.abspath(os.path.join(args.runs_dir, p.name))
 
 
-def progress_copy(args: argparse.Namespace, p: Point) -> str:
-    return os.path.join(args.out, f"batch_scaling-{args.env.lower()}-{p.name}-progress.csv")
+KEPT_CSVS = ("progress.csv", "eval.csv")  # copied into the results, so curves survive the run directory
 
 
-def eval_copy(args: argparse.Namespace, p: Point) -> str:
-    return os.path.join(args.out, f"batch_scaling-{args.env.lower()}-{p.name}-eval.csv")
+def result_copy(args: argparse.Namespace, p: Point, csv_name: str) -> str:
+    """Where a point's progress.csv or eval.csv is kept: batch_scaling-GAME-POINT-progress.csv etc."""
+    return os.path.join(args.out, f"batch_scaling-{args.env.lower()}-{p.name}-{csv_name}")
 
 
 def eval_rows_of(args: argparse.Namespace, p: Point) -> list[Row]:
     """A point's periodic evaluations (eval.csv): its run directory if present, else the committed copy."""
-    for path in (os.path.join(run_dir(args, p), "eval.csv"), eval_copy(args, p)):
-        if os.path.exists(path):
-            return harness.read_rows(path)
-    return []
+    return harness.read_first([os.path.join(run_dir(args, p), "eval.csv"), result_copy(args, p, "eval.csv")])[0]
 
 
 def emulators_of(args: argparse.Namespace, p: Point) -> int | None:
@@ -122,21 +119,16 @@ def emulators_of(args: argparse.Namespace, p: Point) -> int | None:
         if os.path.exists(path):
             with open(path) as fh:
                 cfg = json.load(fh)
-            flat = {k: v for group in cfg.values() if isinstance(group, dict) for k, v in group.items()} | cfg
-            if "num_envs" in flat:
-                return int(flat["num_envs"]) * int(flat.get("rehearse_ranks", 1) or 1)
+            return int(cfg["sim"]["num_envs"]) * int(cfg["run"].get("rehearse_ranks", 1))
     return None
 
 
 def rows_of(args: argparse.Namespace, p: Point) -> tuple[list[Row], str]:
     """A point's progress rows: its run directory if present, else the committed copy."""
-    live = os.path.join(run_dir(args, p), "progress.csv")
-    for path in (live, progress_copy(args, p)):
-        if os.path.exists(path):
-            return harness.read_rows(path), path
-    if p == Point(64, "sqrt") and args.env == "pong" and os.path.exists(EARLIER_64):
-        return harness.read_rows(EARLIER_64), EARLIER_64
-    return [], ""
+    paths = [os.path.join(run_dir(args, p), "progress.csv"), result_copy(args, p, "progress.csv")]
+    if p == Point(64, "sqrt") and args.env == "pong":
+        paths.append(EARLIER_64)
+    return harness.read_first(paths)
 
 
 def summarize(args: argparse.Namespace, p: Point) -> PointResult | None:
@@ -221,10 +213,9 @@ def run_point(args: argparse.Namespace, p: Point) -> None:
         argv.append("--resume")
     evals = ["--eval-every-frames", str(args.eval_every_frames), "--eval-episodes", str(args.eval_episodes)]
     time_to_score(argv + ["--", *p.trainer_flags(), *(evals if args.eval_every_frames else [])])
-    if os.path.exists(os.path.join(d, "progress.csv")):
-        shutil.copy(os.path.join(d, "progress.csv"), progress_copy(args, p))
-    if os.path.exists(os.path.join(d, "eval.csv")):
-        shutil.copy(os.path.join(d, "eval.csv"), eval_copy(args, p))
+    for name in KEPT_CSVS:
+        if os.path.exists(os.path.join(d, name)):
+            shutil.copy(os.path.join(d, name), result_copy(args, p, name))
     if os.path.isdir(os.path.join(d, "checkpoints")):
         save_state(d, state_dir(args, p))
 

@@ -61,6 +61,15 @@ def now() -> str:
 
 # ---------------------------------------------------------------- the trainer's CSVs
 
+def read_first(paths: Sequence[str]) -> tuple[list[Row], str]:
+    """Rows of the first of `paths` that exists (e.g. a run's live CSV, then the copy kept with the
+    results), and its path; ([], "") when none does."""
+    for path in paths:
+        if os.path.exists(path):
+            return read_rows(path), path
+    return [], ""
+
+
 def read_rows(path: str) -> list[Row]:
     """Rows of a CSV the trainer writes; [] before it exists. A row shorter than the header (the
     trainer is writing it) is dropped."""

@@ -71,10 +71,7 @@ def progress_copy(args: argparse.Namespace, r: Run) -> str:
 
 def rows_of(args: argparse.Namespace, r: Run) -> list[Row]:
     """The run's progress rows: from its run directory if present, else the copy kept with the results."""
-    for path in (os.path.join(run_dir(args, r), "progress.csv"), progress_copy(args, r)):
-        if os.path.exists(path):
-            return harness.read_rows(path)
-    return []
+    return harness.read_first([os.path.join(run_dir(args, r), "progress.csv"), progress_copy(args, r)])[0]
 
 
 def frames_done(args: argparse.Namespace, r: Run) -> int:
