@@ -8,12 +8,13 @@ Each point is a one-machine rehearsal of a many-rank run (`ba3c.train --rehearse
 same data per update, learning rate and warm-up as K ranks would use, so frames to the target
 depend on the global batch and the lr rule, not on this machine. A point runs through
 `benchmarks.time_to_score` (criterion: mean training return of the last 20 episodes, the same as
-the committed Pong result) until the target or the frame cap, and resumes where it stopped when
+the committed Pong result; beside it, a periodic evaluation of the policy at its frame, which the
+training return lags by a game on every emulator) until the target or the frame cap, and resumes where it stopped when
 run again: its newest checkpoint is kept in benchmarks/results/batch_scaling-state/ (about 20 MB
 for the Nature CNN with Adam's state; git-ignored: copy that folder to another machine to continue
 the point there, the run directory under runs/ is not needed). Writes
-benchmarks/results/batch_scaling.{json,png} from every point's progress.csv (copied to
-benchmarks/results/batch_scaling-GAME-POINT-progress.csv, so curves survive the run directory),
+benchmarks/results/batch_scaling.{json,png} from every point's progress.csv and eval.csv (copied to
+benchmarks/results/batch_scaling-GAME-POINT-{progress,eval}.csv, so curves survive the run directory),
 with each point's state: reached, stopped at the cap, partial, or abandoned.
 
 A point that will not reach the target (e.g. a collapsed run) is given up with
