@@ -19,6 +19,7 @@ from ba3c.files import write_json
 MODELS = ("auto", "nature", "paper", "mlp")
 CLIP_MODES = ("global", "avg")
 LR_SCALINGS = ("none", "linear", "sqrt")
+LR_ADAPTS = ("none", "kl")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
 ALLREDUCES = ("grouped", "per-tensor")
@@ -83,6 +84,12 @@ class LearnConfig:
     lr_scaling: str = _f("sqrt", "learning-rate rule for global batch B: none, linear (B/ref), sqrt (sqrt(B/ref))", choices=LR_SCALINGS)
     lr_ref_batch: int = _f(64, "global batch at which lr applies unchanged")
     warmup_updates: int = _f(100, "linear lr warm-up over this many updates when lr is scaled up")
+    lr_adapt: str = _f("none", "none: the lr follows lr_scaling and the warm-up; kl: after every update the policy's "
+                       "change is measured (KL(old || new), averaged over ranks) and the next update's lr is raised "
+                       "x1.05 while it is below half --kl-target, cut /1.5 when above twice it, within 1/64 .. 16 x "
+                       "the rule's lr (costs one forward pass of --kl-samples per update)", choices=LR_ADAPTS)
+    kl_target: float = _f(0.01, "--lr-adapt kl: the policy change per update aimed at (mean KL over the measured samples)")
+    kl_samples: int = _f(256, "--lr-adapt kl: samples of each rank's batch the KL is measured on (an evenly spaced subset)")
 
 
 @dataclass(frozen=True)
@@ -158,7 +165,8 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 
 # Options added after runs were saved, and the value a saved config that lacks one ran with (which
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
-IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none"}
+IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
+                                             "lr_adapt": "none", "kl_target": 0.01, "kl_samples": 256}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -210,7 +218,7 @@ def validate(cfg: Config) -> None:
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
                     checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min, keep_checkpoints=r.keep_checkpoints,
                     queue_batches=r.queue_batches, eval_episodes=r.eval_episodes, stats_interval_updates=r.stats_interval_updates,
-                    adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks,
+                    adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks, kl_target=l.kl_target, kl_samples=l.kl_samples,
                     guard_snapshot_updates=r.guard_snapshot_updates, guard_grad_jump=r.guard_grad_jump,
                     guard_max_rollbacks=r.guard_max_rollbacks)
     for name, v in positive.items():
@@ -234,6 +242,9 @@ def validate(cfg: Config) -> None:
     for name in ("beta1", "beta2"):
         if not 0.0 <= getattr(l, name) < 1.0:
             raise ConfigError(f"--{name}: must be in [0, 1), got {getattr(l, name)}")
+    if l.lr_adapt == "kl" and l.exchange == "overlap":
+        raise ConfigError("--lr-adapt kl needs --exchange sync (with overlap an update lands while the next one's "
+                          "gradients are computed, so its policy change is not measured before the next lr is chosen)")
     if s.predict_batch > s.num_envs:
         raise ConfigError(f"--predict-batch {s.predict_batch} is larger than --num-envs {s.num_envs}; "
                           f"use at most {s.num_envs} (or raise --num-envs)")

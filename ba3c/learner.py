@@ -1,6 +1,7 @@
 """Loss, compiled train step, Adam, gradient clipping and the gradient exchange between ranks."""
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +24,22 @@ class StepStats:
     allreduce_s: float   # exposed exchange: the part of the update spent waiting for averaged gradients after
                          # the local ones were ready (in the graph: between two timestamps; host: the call)
     policy_lag: float    # mean over the batch of updates made since its actions were chosen
+    kl: float = float("nan")  # --lr-adapt kl: the update's policy change, mean KL(old || new), averaged over ranks
+
+
+# --lr-adapt kl: the next update's lr multiplier moves by these factors, within these bounds
+KL_RAISE, KL_CUT = 1.05, 1.5
+LR_ADAPT_MIN, LR_ADAPT_MAX = 1.0 / 64, 16.0
+
+
+def adapt_lr(scale: float, kl: float, target: float) -> float:
+    """The lr multiplier after an update whose policy changed by `kl`: raised gently while the policy
+    moves less than half the target, cut faster when it moves more than twice it (or is not finite)."""
+    if not math.isfinite(kl) or kl > 2.0 * target:
+        scale /= KL_CUT
+    elif kl < 0.5 * target:
+        scale *= KL_RAISE
+    return min(LR_ADAPT_MAX, max(LR_ADAPT_MIN, scale))
 
 
 def _clip(tf, grads: list, mode: str, threshold: float) -> tuple[list, object]:
@@ -57,6 +74,8 @@ class Learner:
         # and Adam's state (a rollback into the warm-up must not meet fresh Adam moments with the full lr).
         self.lr_step = 0
         self.lr_scale = 1.0  # the collapse guard's cut after a rollback (ba3c.guard)
+        self.lr_adapt = 1.0  # --lr-adapt kl's multiplier, moved after every update by the measured policy change
+        self._kl_on = cfg.lr_adapt == "kl"
         self._pending: Future | None = None
         self._pool: ThreadPoolExecutor | None = None
         # How gradients are exchanged is decided here, once: inside the compiled step (per gradient,
@@ -73,7 +92,9 @@ class Learner:
         # convolutions' (seen in the Horovod timeline), leaving nothing to overlap.
         sizes = [int(np.prod(v.shape)) for v in model.trainable_variables]
         self._late_from = int(np.argmax(sizes)) if in_graph and per_tensor and cfg.exchange == "sync" else None
-        self._grads = tf.function(self._loss_and_grads)
+        self._grads = tf.function(lambda *batch: self._loss_and_grads(*batch)[:2])
+        self._grads_logits = tf.function(self._loss_and_grads)
+        self._kl = tf.function(self._policy_change)
         self._apply = tf.function(lambda grads: self._apply_grads(average_in_graph(list(grads))))
         self._average_on_host = self._average_host if on_host else list
         if cfg.exchange == "overlap":
@@ -106,7 +127,20 @@ class Learner:
             late = tape.gradient(loss, variables[k:])
             with tf.control_dependencies(late):
                 grads = tape.gradient(loss, variables[:k]) + late
-        return grads, tf.stack([policy_loss, value_loss, entropy])
+        return grads, tf.stack([policy_loss, value_loss, entropy]), logits
+
+    def _kl_subset(self, obs, logits):
+        """An evenly spaced subset of the batch (at most --kl-samples) to measure the policy change on."""
+        tf = self._tf
+        stride = tf.maximum(1, tf.shape(obs)[0] // self.cfg.kl_samples)
+        return obs[::stride][:self.cfg.kl_samples], tf.stop_gradient(logits[::stride][:self.cfg.kl_samples])
+
+    def _policy_change(self, obs, old_logits):
+        """Mean KL(old || new) of the policy on `obs`, the model's weights now being the new ones."""
+        tf = self._tf
+        new_logits, _ = self.model(obs, training=False)
+        old_logp, new_logp = tf.nn.log_softmax(old_logits), tf.nn.log_softmax(new_logits)
+        return tf.reduce_mean(tf.reduce_sum(tf.exp(old_logp) * (old_logp - new_logp), -1))
 
     def _apply_grads(self, grads):
         clipped, norm = _clip(self._tf, list(grads), self.cfg.clip_mode, self.cfg.clip_norm)
@@ -115,23 +149,28 @@ class Learner:
 
     def _fused_step(self, average, exchanges: bool, obs, actions, returns, advantages):
         tf = self._tf
-        grads, losses = self._loss_and_grads(obs, actions, returns, advantages)
+        grads, losses, logits = self._loss_and_grads(obs, actions, returns, advantages)
         if not exchanges:
-            return losses, self._apply_grads(average(list(grads))), tf.constant(0.0, tf.float64)
-        # Two clock readings bracket the exchange's exposed part: after the last local gradient
-        # (backprop done) and after the last averaged one. Only control edges: nothing waits on them.
-        with tf.control_dependencies(grads):
-            t_local = tf.timestamp()
-        averaged = average(list(grads))
-        with tf.control_dependencies(averaged):
-            t_averaged = tf.timestamp()
-        return losses, self._apply_grads(averaged), t_averaged - t_local
+            norm, exposed = self._apply_grads(average(list(grads))), tf.constant(0.0, tf.float64)
+        else:
+            # Two clock readings bracket the exchange's exposed part: after the last local gradient
+            # (backprop done) and after the last averaged one. Only control edges: nothing waits on them.
+            with tf.control_dependencies(grads):
+                t_local = tf.timestamp()
+            averaged = average(list(grads))
+            with tf.control_dependencies(averaged):
+                t_averaged = tf.timestamp()
+            norm, exposed = self._apply_grads(averaged), t_averaged - t_local
+        if not self._kl_on:
+            return losses, norm, exposed, tf.constant(float("nan"))
+        # tf.function orders the variable reads after Adam's writes (program order of stateful ops)
+        return losses, norm, exposed, self._policy_change(*self._kl_subset(obs, logits))
 
     # ---- host side
     def current_lr(self) -> float:
         if self.warmup <= 0:
-            return self.base_lr * self.lr_scale
-        return self.base_lr * self.lr_scale * min(1.0, (self.lr_step + 1) / self.warmup)
+            return self.base_lr * self.lr_scale * self.lr_adapt
+        return self.base_lr * self.lr_scale * self.lr_adapt * min(1.0, (self.lr_step + 1) / self.warmup)
 
     def train(self, batch: TrainBatch) -> StepStats:
         t0 = time.perf_counter()
@@ -139,25 +178,36 @@ class Learner:
         tf = self._tf
         args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns),
                 tf.constant(batch.advantages))
-        losses, norm, exchange_s = self._update(args)
+        losses, norm, exchange_s, kl = self._update(args)
         pl, vl, ent = (float(x) for x in losses.numpy())
         self.updates += 1
         self.lr_step += 1
-        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag)
+        if self._kl_on:  # every rank has the same averaged kl, so the same next lr
+            self.lr_adapt = adapt_lr(self.lr_adapt, kl, self.cfg.kl_target)
+        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag, kl)
 
-    # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds).
+    # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds,
+    # the policy change (nan unless --lr-adapt kl)).
     def _update_fused(self, args: tuple) -> tuple:
         self.opt.learning_rate.assign(self.current_lr())
-        losses, norm, exposed_s = self._fused(*args)
-        return losses, norm, max(0.0, float(exposed_s))
+        losses, norm, exposed_s, kl = self._fused(*args)
+        return losses, norm, max(0.0, float(exposed_s)), self._rank_mean(float(kl))
 
     def _update_host(self, args: tuple) -> tuple:
         self.opt.learning_rate.assign(self.current_lr())
-        grads, losses = self._grads(*args)
+        grads, losses, logits = self._grads_logits(*args)
         t1 = time.perf_counter()
         grads = self._average_host(grads)
         exchange_s = time.perf_counter() - t1
-        return losses, self._apply(grads), exchange_s
+        norm = self._apply(grads)
+        kl = self._rank_mean(float(self._kl(*self._kl_subset(args[0], logits)))) if self._kl_on else float("nan")
+        return losses, norm, exchange_s, kl
+
+    def _rank_mean(self, kl: float) -> float:
+        """The policy change averaged over ranks (one float, on the host: every rank then picks the same lr)."""
+        if not self._kl_on or self.dist.size == 1:
+            return kl
+        return float(self.dist.average_flat(np.array([kl], np.float32))[0])
 
     def _update_overlapped(self, args: tuple) -> tuple:
         grads, losses = self._grads(*args)  # runs while the previous update is exchanged and applied
@@ -166,7 +216,7 @@ class Learner:
         exchange_s = time.perf_counter() - t1  # exchange time not hidden behind this gradient computation
         self.opt.learning_rate.assign(self.current_lr())
         self._pending = self._pool.submit(self._exchange_apply, list(grads))
-        return losses, norm, exchange_s
+        return losses, norm, exchange_s, float("nan")  # --lr-adapt kl is refused with overlap (config)
 
     def _exchange_apply(self, grads: list) -> float:
         return float(self._apply(self._average_on_host(grads)))

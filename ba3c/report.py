@@ -97,6 +97,8 @@ class Reporter:
         row["entropy_mean"] = scalars["losses/entropy_mean"] = float(np.mean(self._entropies))
         row["grad_norm_max"] = scalars["losses/grad_norm_max"] = self._grad_max
         row["guard"], row["rollbacks"] = self._worst, state.rollbacks
+        if math.isfinite(stats.kl):
+            row["kl"] = scalars["losses/kl"] = stats.kl
         scalars["guard/rollbacks"] = state.rollbacks
         self.writer.log(row, scalars, state.frames)
         self._last_t, self._last_updates, self._last_frames = now, state.updates, state.frames

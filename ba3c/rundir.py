@@ -35,7 +35,9 @@ PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_m
                    "t_env", "t_predict", "t_experience", "t_queue_put_wait", "t_queue_wait", "t_train", "t_allreduce",
                    # since the previous row: mean policy entropy, largest gradient norm (before clipping), the
                    # collapse guard's worst verdict (healthy, suspect, collapsed); rollbacks so far in the run
-                   "entropy_mean", "grad_norm_max", "guard", "rollbacks"]
+                   "entropy_mean", "grad_norm_max", "guard", "rollbacks",
+                   # --lr-adapt kl: the last update's policy change (mean KL(old || new)); empty otherwise
+                   "kl"]
 # events.csv: one row per collapse-guard action (rollback, give_up, warn), with what it saw and its references
 EVENT_FIELDS = ["time_s", "frames", "updates", "event", "reason", "entropy", "entropy_ref", "grad_norm_max", "grad_ref",
                 "episode_length", "episode_length_ref", "snapshot_update", "lr_scale", "rollbacks"]

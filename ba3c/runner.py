@@ -75,6 +75,7 @@ class Trainer:
         self.learner.lr_step = int(self.learner.opt.iterations.numpy())
         self.guard = Guard(cfg.run, dist.is_root, self.state.lr_scale)
         self.learner.lr_scale = self.state.lr_scale  # earlier rollbacks' lr cuts hold for the whole run
+        self.learner.lr_adapt = self.state.lr_adapt  # --lr-adapt kl goes on from where it was
         self.interval = IntervalRecorder()
         self.frames_per_update = global_batch(cfg, dist.size) * spec.frames_per_step
         # Frames so far come from the checkpoint: a resume may change the world size, hence frames per update.
@@ -122,6 +123,9 @@ class Trainer:
             print(f"ba3c: the learning rate changes on resume: the collapse guard's lr cut (x{state.lr_scale:g}) "
                   f"is dropped")
             state.lr_scale = 1.0
+        if state.lr_adapt != 1.0 and any(k in changes for k in ("lr", "lr_scaling", "lr_ref_batch", "lr_adapt", "kl_target")):
+            print(f"ba3c: the learning rate changes on resume: --lr-adapt's multiplier (x{state.lr_adapt:.3g}) starts again at 1")
+            state.lr_adapt = 1.0
         print(f"ba3c: resuming from {c.path} (update {state.updates:,}, {state.frames:,} frames; "
               f"trained on {c.meta.get('world_size')} ranks, now {self.dist.size})")
         return state, changes
@@ -192,6 +196,7 @@ class Trainer:
 
     def _train(self, batch: TrainBatch) -> None:
         self.stats = self.learner.train(batch)
+        self.state.lr_adapt = self.learner.lr_adapt
         self.interval.add(self.stats.entropy, self.stats.grad_norm)
         self.learn_timers.seconds["train"] += self.stats.train_s - self.stats.allreduce_s
         self.learn_timers.seconds["allreduce"] += self.stats.allreduce_s

@@ -37,8 +37,8 @@ from benchmarks.harness import Row
 from benchmarks.time_to_score import first_reach
 from benchmarks.time_to_score import main as time_to_score
 
-BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32}  # per rehearsed rank: the default preset's, the paper's
-DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:none,2048:paper"
+BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32, "kl": 64}  # per rehearsed rank: the default preset's, the paper's
+DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:none,2048:paper,2048:kl"
 # The committed one-rank Pong run (default config: global batch 64, lr 5e-4 by the sqrt rule at its reference)
 EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
 
@@ -47,6 +47,7 @@ EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
 class Point:
     global_batch: int
     rule: str  # sqrt | linear | none (ba3c's --lr-scaling at the default preset) | paper (--preset paper: fixed 1e-3)
+    #            | kl (sqrt's lr to start, then --lr-adapt kl: each update's lr from the last one's policy change)
 
     @property
     def name(self) -> str:
@@ -59,6 +60,9 @@ class Point:
     def trainer_flags(self) -> list[str]:
         if self.rule == "paper":
             return ["--preset", "paper", "--rehearse-ranks", str(self.rehearse_ranks)]
+        if self.rule == "kl":
+            return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
+                    "--lr-scaling", "sqrt", "--lr-adapt", "kl"]
         return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
                 "--lr-scaling", self.rule]
 
@@ -237,7 +241,7 @@ def plot(results: list[PointResult], args: argparse.Namespace, points: list[Poin
     ax1.axhline(args.target, color="grey", ls=":")
     ax1.set(xlabel="frames (M)", ylabel="return", title=f"{args.env}: return against frames")
     ax1.legend(fontsize=8)
-    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^")):
+    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^"), ("kl", "v")):
         done = [r for r in results if r.rule == rule]
         reached = [r for r in done if r.frames_to_target]
         ax2.plot([r.global_batch for r in reached], [r.frames_to_target / 1e6 for r in reached], marker, ls="-",

@@ -430,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="updates per variant per round (learner step); short blocks, so the machine's load drifts "
                         "little between a variant and its control")
     p.add_argument("--trainer-rounds", type=int, default=3, help="trainer rounds: the control and every variant once each")
+    p.add_argument("--trainer-variants", default=",".join(TRAINER_VARIANTS),
+                   help="the exchanges the trainer part runs, each between two controls (comma list of "
+                        + ", ".join(TRAINER_VARIANTS) + ")")
     p.add_argument("--launches", type=int, default=1, help="launches per inter-op setting in the paths part, alternated")
     p.add_argument("--seconds", type=float, default=30.0, help="trainer measurement window after warm-up")
     p.add_argument("--warmup", type=float, default=10.0, help="trainer warm-up seconds")
@@ -442,6 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     harness.exit_on_sigterm()
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, f"{args.name}.json")
+    trainer_variants = [v for v in args.trainer_variants.split(",") if v]
+    unknown = [v for v in trainer_variants if v not in TRAINER_VARIANTS]
+    if unknown or not trainer_variants:
+        p.error(f"--trainer-variants: unknown {unknown or 'empty list'}; choose from {', '.join(TRAINER_VARIANTS)}")
     if args.analyze_only:
         res: dict[str, Any] = {}
         for path in args.analyze_only.split(","):  # several: each later file's parts replace the earlier's
@@ -503,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
         elif part == "trainer":
             res["trainer"] = run_trainer(plan.trainer_rounds, plan.trainer_seconds, plan.trainer_warmup,
-                                         list(TRAINER_VARIANTS))
+                                         trainer_variants)
             res["trainer_summary"] = summarize_trainer(res["trainer"])
             save()
         else:
