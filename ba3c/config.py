@@ -84,10 +84,13 @@ class LearnConfig:
     lr_scaling: str = _f("sqrt", "learning-rate rule for global batch B: none, linear (B/ref), sqrt (sqrt(B/ref))", choices=LR_SCALINGS)
     lr_ref_batch: int = _f(64, "global batch at which lr applies unchanged")
     warmup_updates: int = _f(100, "linear lr warm-up over this many updates when lr is scaled up")
-    lr_adapt: str = _f("none", "none: the lr follows lr_scaling and the warm-up; kl: after every update the policy's "
-                       "change is measured (KL(old || new), averaged over ranks) and the next update's lr is raised "
-                       "x1.05 while it is below half --kl-target, cut /1.5 when above twice it, within 1/64 .. 16 x "
-                       "the rule's lr (costs one forward pass of --kl-samples per update)", choices=LR_ADAPTS)
+    lr_adapt: str = _f("none", "none: the lr follows lr_scaling and the warm-up; kl: a trust region on the policy. "
+                       "After every update the policy's change is measured (KL(old || new) on --kl-samples, averaged "
+                       "over ranks); a step that changed it by more than twice --kl-target is shortened towards the "
+                       "weights before it (up to 3 times), and the next update's lr is raised x1.05 while the "
+                       "change is below half the target, cut /1.5 when above twice it, within 1/64 .. 16 x the rule's "
+                       "lr (costs a forward pass of --kl-samples per update, more when a step is shortened)",
+                       choices=LR_ADAPTS)
     kl_target: float = _f(0.01, "--lr-adapt kl: the policy change per update aimed at (mean KL over the measured samples)")
     kl_samples: int = _f(256, "--lr-adapt kl: samples of each rank's batch the KL is measured on (an evenly spaced subset)")
 

@@ -24,12 +24,17 @@ class StepStats:
     allreduce_s: float   # exposed exchange: the part of the update spent waiting for averaged gradients after
                          # the local ones were ready (in the graph: between two timestamps; host: the call)
     policy_lag: float    # mean over the batch of updates made since its actions were chosen
-    kl: float = float("nan")  # --lr-adapt kl: the update's policy change, mean KL(old || new), averaged over ranks
+    kl: float = float("nan")  # --lr-adapt kl: the update's policy change as applied, mean KL(old || new), averaged over ranks
+    kl_step: float = float("nan")  # the policy change Adam's whole step would have made (the lr rule follows this one)
+    step_kept: float = 1.0    # the fraction of Adam's step applied (below 1 when the trust region shortened it)
 
 
 # --lr-adapt kl: the next update's lr multiplier moves by these factors, within these bounds
 KL_RAISE, KL_CUT = 1.05, 1.5
 LR_ADAPT_MIN, LR_ADAPT_MAX = 1.0 / 64, 16.0
+# A step whose policy change exceeds twice the target is shortened (towards the weights before it) at most
+# this many times, each by sqrt(limit / KL) (KL grows about quadratically with the step's length)
+KL_BACKTRACKS = 3
 
 
 def adapt_lr(scale: float, kl: float, target: float) -> float:
@@ -95,6 +100,12 @@ class Learner:
         self._grads = tf.function(lambda *batch: self._loss_and_grads(*batch)[:2])
         self._grads_logits = tf.function(self._loss_and_grads)
         self._kl = tf.function(self._policy_change)
+        # --lr-adapt kl: the weights before the update, so that a step that changed the policy too much
+        # can be shortened after the fact (Adam's moments keep the whole gradient)
+        self._before = [tf.Variable(v, trainable=False) for v in model.trainable_variables] if self._kl_on else []
+        self._remember = tf.function(lambda: [b.assign(v) for b, v in zip(self._before, model.trainable_variables)])
+        self._shorten = tf.function(lambda keep: [v.assign(b + keep * (v - b))
+                                                  for b, v in zip(self._before, model.trainable_variables)])
         self._apply = tf.function(lambda grads: self._apply_grads(average_in_graph(list(grads))))
         self._average_on_host = self._average_host if on_host else list
         if cfg.exchange == "overlap":
@@ -149,6 +160,9 @@ class Learner:
 
     def _fused_step(self, average, exchanges: bool, obs, actions, returns, advantages):
         tf = self._tf
+        if self._kl_on:  # tf.function runs stateful ops in program order: these reads precede Adam's writes
+            for b, v in zip(self._before, self.model.trainable_variables):
+                b.assign(v)
         grads, losses, logits = self._loss_and_grads(obs, actions, returns, advantages)
         if not exchanges:
             norm, exposed = self._apply_grads(average(list(grads))), tf.constant(0.0, tf.float64)
@@ -162,9 +176,10 @@ class Learner:
                 t_averaged = tf.timestamp()
             norm, exposed = self._apply_grads(averaged), t_averaged - t_local
         if not self._kl_on:
-            return losses, norm, exposed, tf.constant(float("nan"))
+            return losses, norm, exposed, tf.constant(float("nan")), (), ()
         # tf.function orders the variable reads after Adam's writes (program order of stateful ops)
-        return losses, norm, exposed, self._policy_change(*self._kl_subset(obs, logits))
+        sub_obs, old_logits = self._kl_subset(obs, logits)
+        return losses, norm, exposed, self._policy_change(sub_obs, old_logits), sub_obs, old_logits
 
     # ---- host side
     def current_lr(self) -> float:
@@ -178,30 +193,50 @@ class Learner:
         tf = self._tf
         args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns),
                 tf.constant(batch.advantages))
-        losses, norm, exchange_s, kl = self._update(args)
+        losses, norm, exchange_s, kl, sub = self._update(args)
         pl, vl, ent = (float(x) for x in losses.numpy())
         self.updates += 1
         self.lr_step += 1
-        if self._kl_on:  # every rank has the same averaged kl, so the same next lr
-            self.lr_adapt = adapt_lr(self.lr_adapt, kl, self.cfg.kl_target)
-        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag, kl)
+        kl_step, kept = kl, 1.0
+        if self._kl_on:  # every rank has the same averaged kl, so takes the same decisions
+            kl_step, kl, kept = self._trust_region(kl, sub)
+            self.lr_adapt = adapt_lr(self.lr_adapt, kl_step, self.cfg.kl_target)
+        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag, kl, kl_step, kept)
+
+    def _trust_region(self, kl_local: float, sub: tuple) -> tuple[float, float, float]:
+        """Shorten a step that changed the policy by more than twice the target; returns the whole step's
+        policy change, the applied one and the fraction of the step kept (all averaged over ranks)."""
+        kl_step = kl = self._rank_mean(kl_local)
+        limit, kept = 2.0 * self.cfg.kl_target, 1.0
+        for _ in range(KL_BACKTRACKS):
+            if not (math.isfinite(kl) and kl > limit):  # non-finite weights: shortening cannot mend them
+                break
+            keep = math.sqrt(limit / kl)
+            kept *= keep
+            self._shorten(self._tf.constant(kept, self._tf.float32))
+            kl = self._rank_mean(float(self._kl(*sub)))
+        return kl_step, kl, kept
 
     # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds,
-    # the policy change (nan unless --lr-adapt kl)).
+    # this rank's policy change (nan unless --lr-adapt kl), the (observations, old logits) it was measured on).
     def _update_fused(self, args: tuple) -> tuple:
         self.opt.learning_rate.assign(self.current_lr())
-        losses, norm, exposed_s, kl = self._fused(*args)
-        return losses, norm, max(0.0, float(exposed_s)), self._rank_mean(float(kl))
+        losses, norm, exposed_s, kl, sub_obs, old_logits = self._fused(*args)
+        return losses, norm, max(0.0, float(exposed_s)), float(kl), (sub_obs, old_logits)
 
     def _update_host(self, args: tuple) -> tuple:
         self.opt.learning_rate.assign(self.current_lr())
+        if self._kl_on:
+            self._remember()
         grads, losses, logits = self._grads_logits(*args)
         t1 = time.perf_counter()
         grads = self._average_host(grads)
         exchange_s = time.perf_counter() - t1
         norm = self._apply(grads)
-        kl = self._rank_mean(float(self._kl(*self._kl_subset(args[0], logits)))) if self._kl_on else float("nan")
-        return losses, norm, exchange_s, kl
+        if not self._kl_on:
+            return losses, norm, exchange_s, float("nan"), ()
+        sub = self._kl_subset(args[0], logits)
+        return losses, norm, exchange_s, float(self._kl(*sub)), sub
 
     def _rank_mean(self, kl: float) -> float:
         """The policy change averaged over ranks (one float, on the host: every rank then picks the same lr)."""
@@ -216,7 +251,7 @@ class Learner:
         exchange_s = time.perf_counter() - t1  # exchange time not hidden behind this gradient computation
         self.opt.learning_rate.assign(self.current_lr())
         self._pending = self._pool.submit(self._exchange_apply, list(grads))
-        return losses, norm, exchange_s, float("nan")  # --lr-adapt kl is refused with overlap (config)
+        return losses, norm, exchange_s, float("nan"), ()  # --lr-adapt kl is refused with overlap (config)
 
     def _exchange_apply(self, grads: list) -> float:
         return float(self._apply(self._average_on_host(grads)))

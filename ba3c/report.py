@@ -97,8 +97,9 @@ class Reporter:
         row["entropy_mean"] = scalars["losses/entropy_mean"] = float(np.mean(self._entropies))
         row["grad_norm_max"] = scalars["losses/grad_norm_max"] = self._grad_max
         row["guard"], row["rollbacks"] = self._worst, state.rollbacks
-        if math.isfinite(stats.kl):
-            row["kl"] = scalars["losses/kl"] = stats.kl
+        if math.isfinite(stats.kl_step):
+            row["kl"], row["kl_step"], row["step_kept"] = stats.kl, stats.kl_step, stats.step_kept
+            scalars.update({"losses/kl": stats.kl, "losses/kl_step": stats.kl_step, "losses/step_kept": stats.step_kept})
         scalars["guard/rollbacks"] = state.rollbacks
         self.writer.log(row, scalars, state.frames)
         self._last_t, self._last_updates, self._last_frames = now, state.updates, state.frames

@@ -36,8 +36,9 @@ PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_m
                    # since the previous row: mean policy entropy, largest gradient norm (before clipping), the
                    # collapse guard's worst verdict (healthy, suspect, collapsed); rollbacks so far in the run
                    "entropy_mean", "grad_norm_max", "guard", "rollbacks",
-                   # --lr-adapt kl: the last update's policy change (mean KL(old || new)); empty otherwise
-                   "kl"]
+                   # --lr-adapt kl, the last update's: its policy change as applied (mean KL(old || new)), the
+                   # change Adam's whole step made, the fraction of the step kept by the trust region; else empty
+                   "kl", "kl_step", "step_kept"]
 # events.csv: one row per collapse-guard action (rollback, give_up, warn), with what it saw and its references
 EVENT_FIELDS = ["time_s", "frames", "updates", "event", "reason", "entropy", "entropy_ref", "grad_norm_max", "grad_ref",
                 "episode_length", "episode_length_ref", "snapshot_update", "lr_scale", "rollbacks"]

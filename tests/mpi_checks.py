@@ -97,14 +97,15 @@ def main() -> None:
     for name, kw in {"grouped": dict(allreduce="grouped"), "per-tensor": dict(allreduce="per-tensor")}.items():
         cfg = LearnConfig(lr_adapt="kl", kl_target=1e-4, kl_samples=8, **kw)
         learner = Learner(build_model("mlp", (4,), 2, seed=0), cfg, d, lr=LR, warmup_updates=0)
-        kls, lrs, want_scale, local_kls = [], [], 1.0, []
+        kls, lrs, kept, want_scale = [], [], [], 1.0
         for _ in range(5):
             b = batch()
             lrs.append(learner.current_lr())
             s = learner.train(b)
-            kls.append(s.kl)
-            want_scale = adapt_lr(want_scale, s.kl, cfg.kl_target)
-        out["lr_adapt"][name] = {"kl": kls, "lr": lrs, "scale": learner.lr_adapt, "want_scale": want_scale,
+            kls.append(s.kl_step)
+            kept.append(s.step_kept)
+            want_scale = adapt_lr(want_scale, s.kl_step, cfg.kl_target)
+        out["lr_adapt"][name] = {"kl": kls, "lr": lrs, "kept": kept, "scale": learner.lr_adapt, "want_scale": want_scale,
                                  "checksum": learner.weights_checksum()}
     out["gathered"] = d.gather(d.rank)
     with open(os.path.join(out_dir, f"rank{d.rank}.json"), "w") as fh:

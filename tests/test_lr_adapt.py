@@ -61,10 +61,37 @@ def test_learner_measures_the_policy_change_of_its_update():
         want = float(np.mean(np.sum(np.exp(lp_old) * (lp_old - lp_new), -1)))
         assert want > 0 and s.kl == pytest.approx(want, rel=1e-3, abs=1e-8)
         assert lr_used == pytest.approx(1e-2 * scale)
-        scale = adapt_lr(scale, s.kl, cfg.kl_target)
+        scale = adapt_lr(scale, s.kl_step, cfg.kl_target)
         assert learner.lr_adapt == pytest.approx(scale)
     plain = Learner(build_model("mlp", (4,), 3, seed=0), LearnConfig(), Dist(), lr=1e-2, warmup_updates=0)
     assert math.isnan(plain.train(b).kl) and plain.lr_adapt == 1.0  # off by default: nothing measured
+
+
+def test_trust_region_shortens_a_step_that_changes_the_policy_too_much():
+    """Two learners from the same weights and batch: one with a target its first step overshoots. Its step is
+    the other's Adam step shortened by the reported fraction, and the policy change applied is near the limit."""
+    from ba3c.dist import Dist
+    from ba3c.experience import TrainBatch
+    from ba3c.learner import Learner
+    from ba3c.model import build_model
+
+    rng = np.random.default_rng(1)
+    b = TrainBatch(rng.normal(size=(32, 4)).astype(np.float32), rng.integers(0, 3, 32).astype(np.int32),
+                   rng.normal(size=32).astype(np.float32), rng.normal(size=32).astype(np.float32))
+    whole = Learner(build_model("mlp", (4,), 3, seed=0), LearnConfig(lr_adapt="kl", kl_target=10.0), Dist(),
+                    lr=1e-2, warmup_updates=0)
+    tight = Learner(build_model("mlp", (4,), 3, seed=0), LearnConfig(lr_adapt="kl", kl_target=1e-6), Dist(),
+                    lr=1e-2, warmup_updates=0)
+    w0 = np.concatenate([w.ravel() for w in whole.model.get_weights()])
+    s_whole, s_tight = whole.train(b), tight.train(b)
+    assert s_whole.step_kept == 1.0 and s_whole.kl == s_whole.kl_step  # under its limit: untouched
+    assert s_tight.kl_step == pytest.approx(s_whole.kl_step, rel=1e-4) and s_tight.kl_step > 2e-6
+    assert 0 < s_tight.step_kept < 1 and s_tight.kl < s_tight.kl_step
+    assert s_tight.kl <= 2e-6 * 1.5  # near the limit (KL ~ quadratic in the step), not far above it
+    d_whole = np.concatenate([w.ravel() for w in whole.model.get_weights()]) - w0
+    d_tight = np.concatenate([w.ravel() for w in tight.model.get_weights()]) - w0
+    np.testing.assert_allclose(d_tight, s_tight.step_kept * d_whole, rtol=1e-3, atol=1e-7)
+    assert tight.lr_adapt == pytest.approx(1 / KL_CUT)  # the lr rule follows the whole step's change
 
 
 def test_run_logs_the_kl_and_resumes_its_lr(tmp_path):
