@@ -91,7 +91,9 @@ class LearnConfig:
                        "change is below half the target, cut /1.5 when above twice it, within 1/64 .. 16 x the rule's "
                        "lr (costs a forward pass of --kl-samples per update, more when a step is shortened)",
                        choices=LR_ADAPTS)
-    kl_target: float = _f(0.01, "--lr-adapt kl: the policy change per update aimed at (mean KL over the measured samples)")
+    kl_target: float = _f(0.002, "--lr-adapt kl: the policy change per update aimed at (mean KL over the measured "
+                          "samples). 0.002 is 32 x the mean change of a batch-64 Pong update early in training "
+                          "(6.6e-5, measured; README): the change of 32 such updates of independent noise")
     kl_samples: int = _f(256, "--lr-adapt kl: samples of each rank's batch the KL is measured on (an evenly spaced subset)")
 
 
@@ -169,7 +171,7 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 # Options added after runs were saved, and the value a saved config that lacks one ran with (which
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
-                                             "lr_adapt": "none", "kl_target": 0.01, "kl_samples": 256}
+                                             "lr_adapt": "none", "kl_target": 0.002, "kl_samples": 256}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
