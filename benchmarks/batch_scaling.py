@@ -17,6 +17,10 @@ benchmarks/results/batch_scaling.{json,png} from every point's progress.csv and 
 benchmarks/results/batch_scaling-GAME-POINT-{progress,eval}.csv, so curves survive the run directory),
 with each point's state: reached, stopped at the cap, partial, or abandoned.
 
+Rules (POINT is GLOBAL_BATCH:RULE): sqrt, linear, none (`--lr-scaling` at the default preset), paper
+(`--preset paper`: fixed 1e-3 with the authors' Adam betas), kl (sqrt's lr to start, then `--lr-adapt
+kl`: a trust region on each update's policy change that also moves the lr).
+
 A point that will not reach the target (e.g. a collapsed run) is given up with
     python -m benchmarks.batch_scaling --abandon 2048:sqrt --reason "collapsed at update 80"
 which records it in benchmarks/results/batch_scaling-abandoned.json: `--run next` skips it and the
