@@ -95,6 +95,11 @@ class LearnConfig:
                           "samples). 0.002 is 32 x the mean change of a batch-64 Pong update early in training "
                           "(6.6e-5, measured; README): the change of 32 such updates of independent noise")
     kl_samples: int = _f(256, "--lr-adapt kl: samples of each rank's batch the KL is measured on (an evenly spaced subset)")
+    noise_scale_every: int = _f(0, "measure the gradient noise scale (McCandlish et al. 2018, B_simple = tr(Sigma) / |G|^2: "
+                                "the batch beyond which more samples per update stop saving updates) every this many "
+                                "updates, from the squared gradient norms of the rank's batch and of its sub-batches "
+                                "(a rehearsal's: one per rehearsed rank; else 4 of --train-batch / 4); costs one more "
+                                "gradient pass of the batch at those updates; logged in progress.csv (0: off)")
 
 
 @dataclass(frozen=True)
@@ -171,7 +176,8 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 # Options added after runs were saved, and the value a saved config that lacks one ran with (which
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
-                                             "lr_adapt": "none", "kl_target": 0.002, "kl_samples": 256}
+                                             "lr_adapt": "none", "kl_target": 0.002, "kl_samples": 256,
+                                             "noise_scale_every": 0}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -231,7 +237,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{_flag(name)}: must be > 0, got {v}")
     nonneg = dict(eval_every_frames=r.eval_every_frames, keep_every_frames=r.keep_every_frames,
                   guard_entropy_floor=r.guard_entropy_floor, max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
-                  value_coef=l.value_coef, warmup_updates=l.warmup_updates,
+                  value_coef=l.value_coef, warmup_updates=l.warmup_updates, noise_scale_every=l.noise_scale_every,
                   intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads)
     for name, v in nonneg.items():
         if v < 0:
@@ -265,11 +271,19 @@ def validate(cfg: Config) -> None:
     if l.n_step * 4 > s.max_episode_frames:
         raise ConfigError(f"--n-step {l.n_step} is longer than the episode cap --max-episode-frames "
                           f"{s.max_episode_frames} allows; lower --n-step or raise the cap")
+    if l.noise_scale_every and r.rehearse_ranks == 1 and l.train_batch < 8:
+        raise ConfigError(f"--noise-scale-every needs sub-batches of at least 2 samples: --train-batch {l.train_batch} "
+                          f"/ 4 is less; raise --train-batch to 8 or more, or rehearse ranks (--rehearse-ranks)")
 
 
 def data_ranks(cfg: Config, world_size: int) -> int:
     """The ranks whose data one update holds: the real ones, times --rehearse-ranks."""
     return world_size * cfg.run.rehearse_ranks
+
+
+def noise_sub_batch(cfg: Config) -> int:
+    """--noise-scale-every's small batch: one rehearsed rank's batch, or a quarter of the rank's batch."""
+    return cfg.learn.train_batch if cfg.run.rehearse_ranks > 1 else cfg.learn.train_batch // 4
 
 
 def global_batch(cfg: Config, world_size: int) -> int:

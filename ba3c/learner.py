@@ -27,6 +27,12 @@ class StepStats:
     kl: float = float("nan")  # --lr-adapt kl: the update's policy change as applied, mean KL(old || new), averaged over ranks
     kl_step: float = float("nan")  # the policy change Adam's whole step would have made (the lr rule follows this one)
     step_kept: float = 1.0    # the fraction of Adam's step applied (below 1 when the trust region shortened it)
+    # --noise-scale-every, at the updates that measured it (else nan / 0): the mean squared norm of the sub-batches'
+    # gradients and the squared norm of their mean (the batch's gradient), averaged over ranks, and the two batch sizes
+    grad_sq_small: float = float("nan")
+    grad_sq_big: float = float("nan")
+    b_small: int = 0
+    b_big: int = 0
 
 
 # --lr-adapt kl: the next update's lr multiplier moves by these factors, within these bounds
@@ -47,6 +53,16 @@ def adapt_lr(scale: float, kl: float, target: float) -> float:
     return min(LR_ADAPT_MAX, max(LR_ADAPT_MIN, scale))
 
 
+def noise_scale(grad_sq_small: float, grad_sq_big: float, b_small: int, b_big: int) -> tuple[float, float, float]:
+    """Unbiased estimates (McCandlish et al. 2018, appendix A.1) from E|G_B|^2 = |G|^2 + tr(Sigma) / B measured at
+    two batch sizes: the true gradient's squared norm |G|^2, the per-sample gradient variance tr(Sigma), and the
+    simple noise scale B_simple = tr(Sigma) / |G|^2 (nan where |G|^2 is not positive). Average the first two over
+    many measurements before dividing: each single estimate is noisy, |G|^2 can come out negative."""
+    g2 = (b_big * grad_sq_big - b_small * grad_sq_small) / (b_big - b_small)
+    trace = (grad_sq_small - grad_sq_big) / (1.0 / b_small - 1.0 / b_big)
+    return g2, trace, (trace / g2 if g2 > 0 else float("nan"))
+
+
 def _clip(tf, grads: list, mode: str, threshold: float) -> tuple[list, object]:
     norm = tf.linalg.global_norm(grads)
     if threshold <= 0:
@@ -65,7 +81,8 @@ def _clip(tf, grads: list, mode: str, threshold: float) -> tuple[list, object]:
 class Learner:
     """Owns the optimizer; `train(batch)` makes one synchronous update on every rank."""
 
-    def __init__(self, model, cfg: LearnConfig, dist: Dist, lr: float, warmup_updates: int) -> None:
+    def __init__(self, model, cfg: LearnConfig, dist: Dist, lr: float, warmup_updates: int,
+                 noise_sub_batch: int = 0) -> None:
         import keras
         import tensorflow as tf
 
@@ -81,6 +98,7 @@ class Learner:
         self.lr_scale = 1.0  # the collapse guard's cut after a rollback (ba3c.guard)
         self.lr_adapt = 1.0  # --lr-adapt kl's multiplier, moved after every update by the measured policy change
         self._kl_on = cfg.lr_adapt == "kl"
+        self.noise_sub_batch = noise_sub_batch  # --noise-scale-every's small batch (ba3c.config.noise_sub_batch)
         self._pending: Future | None = None
         self._pool: ThreadPoolExecutor | None = None
         # How gradients are exchanged is decided here, once: inside the compiled step (per gradient,
@@ -193,6 +211,8 @@ class Learner:
         tf = self._tf
         args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns),
                 tf.constant(batch.advantages))
+        every = self.cfg.noise_scale_every
+        noise = self._gradient_noise(args) if every and self.updates % every == 0 else (float("nan"),) * 2 + (0, 0)
         losses, norm, exchange_s, kl, sub = self._update(args)
         pl, vl, ent = (float(x) for x in losses.numpy())
         self.updates += 1
@@ -201,7 +221,25 @@ class Learner:
         if self._kl_on:  # every rank has the same averaged kl, so takes the same decisions
             kl_step, kl, kept = self._trust_region(kl, sub)
             self.lr_adapt = adapt_lr(self.lr_adapt, kl_step, self.cfg.kl_target)
-        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag, kl, kl_step, kept)
+        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag, kl, kl_step, kept, *noise)
+
+    def _gradient_noise(self, args: tuple) -> tuple[float, float, int, int]:
+        """Squared gradient norms at the current weights (before this update): the mean over the batch's
+        consecutive sub-batches of |G_small|^2, and |G_big|^2 of their mean, the batch's own gradient
+        (the loss is a mean, so the batch's gradient is the mean of equal sub-batches'). Averaged over ranks."""
+        b = self.noise_sub_batch
+        parts = int(args[0].shape[0]) // b
+        total, small = None, 0.0
+        for i in range(parts):
+            grads, _ = self._grads(*(a[i * b:(i + 1) * b] for a in args))
+            flat = np.concatenate([np.asarray(g.numpy(), np.float64).ravel() for g in grads])
+            small += float(flat @ flat)
+            total = flat if total is None else total + flat
+        big = total / parts
+        sq = np.array([small / parts, float(big @ big)], np.float64)
+        if self.dist.size > 1:
+            sq = self.dist.average_flat(sq.astype(np.float32)).astype(np.float64)
+        return float(sq[0]), float(sq[1]), b, b * parts
 
     def _trust_region(self, kl_local: float, sub: tuple) -> tuple[float, float, float]:
         """Shorten a step that changed the policy by more than twice the target; returns the whole step's

@@ -18,7 +18,7 @@ import numpy as np
 from ba3c.config import Config, save_json
 from ba3c.evaluation import protocol_line
 from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, HEALTHY, SUSPECT, IntervalStats, Plan
-from ba3c.learner import StepStats
+from ba3c.learner import StepStats, noise_scale
 from ba3c.rundir import EVAL_PROTOCOL_FILE, RunWriter, now_iso, plot_curve
 from ba3c.signals import EXIT_SIGNALLED
 from ba3c.state import RunState
@@ -60,9 +60,14 @@ class Reporter:
         self._entropies: list[float] = []  # per sync interval since the last row
         self._grad_max = 0.0
         self._worst = HEALTHY
+        self._noise: list[StepStats] = []  # --noise-scale-every's measurements since the last row
         print(f"ba3c: {meta['env']['kind']}:{meta['env']['name']} model={meta['model']} ({meta['num_params']:,} params) "
               f"ranks={meta['ranks']} dist={meta['dist_backend']} global_batch={meta['global_batch']} "
               f"lr={meta['lr_effective']:.2e} -> {run_dir}", flush=True)
+
+    def add_noise(self, stats: StepStats) -> None:
+        """An update that measured the gradient noise (--noise-scale-every); pooled into the next row."""
+        self._noise.append(stats)
 
     def sync(self, state: RunState, episodes: list[tuple[float, int]], stage_s: dict[str, float], stats: StepStats,
              interval: IntervalStats, verdict: str, lr: float, now: float, force: bool) -> None:
@@ -100,10 +105,18 @@ class Reporter:
         if math.isfinite(stats.kl_step):
             row["kl"], row["kl_step"], row["step_kept"] = stats.kl, stats.kl_step, stats.step_kept
             scalars.update({"losses/kl": stats.kl, "losses/kl_step": stats.kl_step, "losses/step_kept": stats.step_kept})
+        if self._noise:  # pooled before dividing: one measurement's |G|^2 is noisy and can be negative
+            small = float(np.mean([n.grad_sq_small for n in self._noise]))
+            big = float(np.mean([n.grad_sq_big for n in self._noise]))
+            b_small, b_big = self._noise[-1].b_small, self._noise[-1].b_big
+            g2, trace, b_simple = noise_scale(small, big, b_small, b_big)
+            row.update(noise_scale=b_simple, grad_sq_small=small, grad_sq_big=big, noise_b_small=b_small,
+                       noise_b_big=b_big, noise_n=len(self._noise))
+            scalars.update({"noise/b_simple": b_simple, "noise/grad_sq_true": g2, "noise/trace_sigma": trace})
         scalars["guard/rollbacks"] = state.rollbacks
         self.writer.log(row, scalars, state.frames)
         self._last_t, self._last_updates, self._last_frames = now, state.updates, state.frames
-        self._entropies, self._grad_max, self._worst = [], 0.0, HEALTHY
+        self._entropies, self._grad_max, self._worst, self._noise = [], 0.0, HEALTHY, []
 
     def _returns_columns(self) -> dict[str, Any]:
         """progress.csv's return columns over the last 100 episodes (empty before the first episode)."""

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ba3c import checkpoint as ckpt
-from ba3c.config import IMPLIED_BY_OLDER_CONFIGS, Config, data_ranks, global_batch, scaled_lr
+from ba3c.config import IMPLIED_BY_OLDER_CONFIGS, Config, data_ranks, global_batch, noise_sub_batch, scaled_lr
 from ba3c.dist import Dist
 from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
@@ -103,7 +103,8 @@ class Trainer:
         self.model_kind = resolve_model_kind(l.model, self.sim.obs_shape)
         self.model = build_model(self.model_kind, self.sim.obs_shape, self.sim.num_actions, seed=s.seed)  # same init on every rank
         self.lr = scaled_lr(self.cfg, self.dist.size)
-        self.learner = Learner(self.model, l, self.dist, self.lr, l.warmup_updates if self.lr > l.lr else 0)
+        self.learner = Learner(self.model, l, self.dist, self.lr, l.warmup_updates if self.lr > l.lr else 0,
+                               noise_sub_batch(self.cfg))
 
     def _restore(self) -> tuple[RunState, dict[str, list[Any]]]:
         """Rank 0, on resume: the newest valid checkpoint into the learner; returns its run state and the config changes."""
@@ -198,6 +199,8 @@ class Trainer:
         self.stats = self.learner.train(batch)
         self.state.lr_adapt = self.learner.lr_adapt
         self.interval.add(self.stats.entropy, self.stats.grad_norm)
+        if self.report is not None and self.stats.b_big:
+            self.report.add_noise(self.stats)
         self.learn_timers.seconds["train"] += self.stats.train_s - self.stats.allreduce_s
         self.learn_timers.seconds["allreduce"] += self.stats.allreduce_s
         self.state.updates += 1

@@ -221,7 +221,8 @@ def run_point(args: argparse.Namespace, p: Point) -> None:
     if resume:
         argv.append("--resume")
     evals = ["--eval-every-frames", str(args.eval_every_frames), "--eval-episodes", str(args.eval_episodes)]
-    time_to_score(argv + ["--", *p.trainer_flags(), *(evals if args.eval_every_frames else [])])
+    noise = ["--noise-scale-every", str(args.noise_scale_every)] if args.noise_scale_every else []
+    time_to_score(argv + ["--", *p.trainer_flags(), *(evals if args.eval_every_frames else []), *noise])
     for name in KEPT_CSVS:
         if os.path.exists(os.path.join(d, name)):
             shutil.copy(os.path.join(d, name), result_copy(args, p, name))
@@ -296,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frame-cap", type=int, default=40_000_000)
     p.add_argument("--max-hours", type=float, default=2.0, help="this invocation's budget for the point")
     p.add_argument("--nice", type=int, default=10)
+    p.add_argument("--noise-scale-every", type=int, default=10,
+                   help="the trainer's gradient noise scale measurement every this many updates (one more gradient "
+                        "pass of the batch then; progress.csv's noise_scale: the batch beyond which more samples "
+                        "per update stop saving updates); 0: off")
     p.add_argument("--eval-every-frames", type=int, default=1_000_000,
                    help="periodic evaluation (paper protocol) of the policy at that frame, beside the training "
                         "criterion, which lags it by a game's frames on every emulator (0: off)")
