@@ -28,9 +28,12 @@ class StepStats:
     kl_step: float = float("nan")  # the policy change Adam's whole step would have made (the lr rule follows this one)
     step_kept: float = 1.0    # the fraction of Adam's step applied (below 1 when the trust region shortened it)
     # --noise-scale-every, at the updates that measured it (else nan / 0): the mean squared norm of the sub-batches'
-    # gradients and the squared norm of their mean (the batch's gradient), averaged over ranks, and the two batch sizes
+    # gradients and the squared norm of their mean (the batch's gradient), averaged over ranks, for the whole loss
+    # and for its policy-gradient term alone (pg_*), and the two batch sizes
     grad_sq_small: float = float("nan")
     grad_sq_big: float = float("nan")
+    pg_sq_small: float = float("nan")
+    pg_sq_big: float = float("nan")
     b_small: int = 0
     b_big: int = 0
 
@@ -117,6 +120,7 @@ class Learner:
         self._late_from = int(np.argmax(sizes)) if in_graph and per_tensor and cfg.exchange == "sync" else None
         self._grads = tf.function(lambda *batch: self._loss_and_grads(*batch)[:2])
         self._grads_logits = tf.function(self._loss_and_grads)
+        self._split_grads = tf.function(self._split_grads_graph)
         self._kl = tf.function(self._policy_change)
         # --lr-adapt kl: the weights before the update, so that a step that changed the policy too much
         # can be shortened after the fact (Adam's moments keep the whole gradient)
@@ -137,17 +141,21 @@ class Learner:
             self._update = self._update_fused
 
     # ---- graph pieces
+    def _losses(self, obs, actions, returns, advantages):
+        """The A2C loss's terms on a batch: policy gradient, value regression, entropy; and the logits."""
+        tf = self._tf
+        logits, value = self.model(obs, training=True)
+        logp = tf.nn.log_softmax(logits)
+        policy_loss = -tf.reduce_mean(tf.gather(logp, actions, batch_dims=1) * advantages)
+        value_loss = 0.5 * tf.reduce_mean(tf.square(returns - tf.squeeze(value, -1)))
+        entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(logp) * logp, -1))
+        return policy_loss, value_loss, entropy, logits
+
     def _loss_and_grads(self, obs, actions, returns, advantages):
         tf = self._tf
         k = self._late_from
         with tf.GradientTape(persistent=k is not None) as tape:
-            logits, value = self.model(obs, training=True)
-            value = tf.squeeze(value, -1)
-            logp = tf.nn.log_softmax(logits)
-            logp_a = tf.gather(logp, actions, batch_dims=1)
-            policy_loss = -tf.reduce_mean(logp_a * advantages)
-            value_loss = 0.5 * tf.reduce_mean(tf.square(returns - value))
-            entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(logp) * logp, -1))
+            policy_loss, value_loss, entropy, logits = self._losses(obs, actions, returns, advantages)
             loss = policy_loss + self.cfg.value_coef * value_loss - self.cfg.entropy_coef * entropy
         variables = self.model.trainable_variables
         if k is None or k == 0:
@@ -212,7 +220,7 @@ class Learner:
         args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns),
                 tf.constant(batch.advantages))
         every = self.cfg.noise_scale_every
-        noise = self._gradient_noise(args) if every and self.updates % every == 0 else (float("nan"),) * 2 + (0, 0)
+        noise = self._gradient_noise(args) if every and self.updates % every == 0 else (float("nan"),) * 4 + (0, 0)
         losses, norm, exchange_s, kl, sub = self._update(args)
         pl, vl, ent = (float(x) for x in losses.numpy())
         self.updates += 1
@@ -223,23 +231,37 @@ class Learner:
             self.lr_adapt = adapt_lr(self.lr_adapt, kl_step, self.cfg.kl_target)
         return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag, kl, kl_step, kept, *noise)
 
-    def _gradient_noise(self, args: tuple) -> tuple[float, float, int, int]:
+    def _gradient_noise(self, args: tuple) -> tuple[float, float, float, float, int, int]:
         """Squared gradient norms at the current weights (before this update): the mean over the batch's
         consecutive sub-batches of |G_small|^2, and |G_big|^2 of their mean, the batch's own gradient
-        (the loss is a mean, so the batch's gradient is the mean of equal sub-batches'). Averaged over ranks."""
+        (the loss is a mean, so the batch's gradient is the mean of equal sub-batches'); for the whole loss
+        and for the policy-gradient term alone. Averaged over ranks."""
         b = self.noise_sub_batch
         parts = int(args[0].shape[0]) // b
-        total, small = None, 0.0
+        sums = [None, None]   # whole loss, policy term: sums of the sub-batch gradients
+        small = np.zeros(2)   # sums of their squared norms
         for i in range(parts):
-            grads, _ = self._grads(*(a[i * b:(i + 1) * b] for a in args))
-            flat = np.concatenate([np.asarray(g.numpy(), np.float64).ravel() for g in grads])
-            small += float(flat @ flat)
-            total = flat if total is None else total + flat
-        big = total / parts
-        sq = np.array([small / parts, float(big @ big)], np.float64)
+            for j, flat in enumerate(self._split_grads(*(a[i * b:(i + 1) * b] for a in args))):
+                g = np.asarray(flat.numpy(), np.float64)
+                small[j] += float(g @ g)
+                sums[j] = g if sums[j] is None else sums[j] + g
+        big = [float((t / parts) @ (t / parts)) for t in sums]
+        sq = np.array([small[0] / parts, big[0], small[1] / parts, big[1]], np.float64)
         if self.dist.size > 1:
             sq = self.dist.average_flat(sq.astype(np.float32)).astype(np.float64)
-        return float(sq[0]), float(sq[1]), b, b * parts
+        return float(sq[0]), float(sq[1]), float(sq[2]), float(sq[3]), b, b * parts
+
+    def _split_grads_graph(self, obs, actions, returns, advantages):
+        """The whole loss's gradient and its policy-gradient term's, each flattened (one forward, two backprops)."""
+        tf = self._tf
+        with tf.GradientTape(persistent=True) as tape:
+            policy_loss, value_loss, entropy, _ = self._losses(obs, actions, returns, advantages)
+            rest = self.cfg.value_coef * value_loss - self.cfg.entropy_coef * entropy
+        variables = self.model.trainable_variables
+        flat = lambda gs: tf.concat([tf.reshape(tf.zeros_like(v) if g is None else g, [-1])
+                                     for g, v in zip(gs, variables)], 0)
+        pg = flat(tape.gradient(policy_loss, variables))
+        return pg + flat(tape.gradient(rest, variables)), pg
 
     def _trust_region(self, kl_local: float, sub: tuple) -> tuple[float, float, float]:
         """Shorten a step that changed the policy by more than twice the target; returns the whole step's

@@ -106,13 +106,16 @@ class Reporter:
             row["kl"], row["kl_step"], row["step_kept"] = stats.kl, stats.kl_step, stats.step_kept
             scalars.update({"losses/kl": stats.kl, "losses/kl_step": stats.kl_step, "losses/step_kept": stats.step_kept})
         if self._noise:  # pooled before dividing: one measurement's |G|^2 is noisy and can be negative
-            small = float(np.mean([n.grad_sq_small for n in self._noise]))
-            big = float(np.mean([n.grad_sq_big for n in self._noise]))
+            mean = {k: float(np.mean([getattr(n, k) for n in self._noise]))
+                    for k in ("grad_sq_small", "grad_sq_big", "pg_sq_small", "pg_sq_big")}
             b_small, b_big = self._noise[-1].b_small, self._noise[-1].b_big
-            g2, trace, b_simple = noise_scale(small, big, b_small, b_big)
-            row.update(noise_scale=b_simple, grad_sq_small=small, grad_sq_big=big, noise_b_small=b_small,
+            g2, trace, b_simple = noise_scale(mean["grad_sq_small"], mean["grad_sq_big"], b_small, b_big)
+            pg2, pg_trace, pg_simple = noise_scale(mean["pg_sq_small"], mean["pg_sq_big"], b_small, b_big)
+            row.update(noise_scale=b_simple, noise_scale_policy=pg_simple, **mean, noise_b_small=b_small,
                        noise_b_big=b_big, noise_n=len(self._noise))
-            scalars.update({"noise/b_simple": b_simple, "noise/grad_sq_true": g2, "noise/trace_sigma": trace})
+            scalars.update({"noise/b_simple": b_simple, "noise/grad_sq_true": g2, "noise/trace_sigma": trace,
+                            "noise/b_simple_policy": pg_simple, "noise/policy_grad_sq_true": pg2,
+                            "noise/policy_trace_sigma": pg_trace})
         scalars["guard/rollbacks"] = state.rollbacks
         self.writer.log(row, scalars, state.frames)
         self._last_t, self._last_updates, self._last_frames = now, state.updates, state.frames

@@ -41,8 +41,10 @@ PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_m
                    "kl", "kl_step", "step_kept",
                    # --noise-scale-every, pooled over the row's measurements (else empty): B_simple = tr(Sigma) / |G|^2
                    # from the means of the sub-batches' squared gradient norm (batch noise_b_small) and the whole
-                   # batch's (noise_b_big), and how many updates measured them (ba3c.learner.noise_scale)
-                   "noise_scale", "grad_sq_small", "grad_sq_big", "noise_b_small", "noise_b_big", "noise_n"]
+                   # batch's (noise_b_big), for the whole loss and for the policy-gradient term alone (pg_*,
+                   # noise_scale_policy), and how many updates measured them (ba3c.learner.noise_scale)
+                   "noise_scale", "noise_scale_policy", "grad_sq_small", "grad_sq_big", "pg_sq_small", "pg_sq_big",
+                   "noise_b_small", "noise_b_big", "noise_n"]
 # events.csv: one row per collapse-guard action (rollback, give_up, warn), with what it saw and its references
 EVENT_FIELDS = ["time_s", "frames", "updates", "event", "reason", "entropy", "entropy_ref", "grad_norm_max", "grad_ref",
                 "episode_length", "episode_length_ref", "snapshot_update", "lr_scale", "rollbacks"]

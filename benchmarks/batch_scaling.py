@@ -91,6 +91,40 @@ class PointResult:
     frames_to_target_eval: int | None = None
     best_eval: float | None = None
     emulators: int | None = None
+    # The gradient noise scale measured along the run (--noise-scale-every), pooled per frame window
+    noise_scale: list[dict[str, Any]] | None = None
+
+
+NOISE_WINDOWS_M = (0, 1, 2, 4, 8, 16, 32, 64)  # frame windows (millions) the noise scale is pooled over
+
+
+def noise_windows(rows: list[Row]) -> list[dict[str, Any]]:
+    """B_simple per frame window: each row's mean squared norms weighted by its measurements, pooled
+    (means first, then the ratio: one measurement's |G|^2 is noisy), with the batch-size ratio of frames to a
+    score that McCandlish et al.'s model predicts from it (modelled, not measured: E(B) ~ 1 + B / B_noise)."""
+    from ba3c.learner import noise_scale
+
+    out = []
+    for lo, hi in zip(NOISE_WINDOWS_M, NOISE_WINDOWS_M[1:]):
+        rs = [r for r in rows if r.get("noise_n") and lo * 1e6 <= int(r["frames"]) < hi * 1e6]
+        if not rs:
+            continue
+        n = [int(r["noise_n"]) for r in rs]
+        pooled = lambda col: sum(k * float(r[col]) for k, r in zip(n, rs)) / sum(n)
+        b_small, b_big = int(rs[-1]["noise_b_small"]), int(rs[-1]["noise_b_big"])
+        g2, trace, b_simple = noise_scale(pooled("grad_sq_small"), pooled("grad_sq_big"), b_small, b_big)
+        w: dict[str, Any] = {"frames_from": lo * 1_000_000, "frames_to": min(hi * 1_000_000, int(rs[-1]["frames"])),
+                             "measurements": sum(n), "b_small": b_small, "b_big": b_big, "grad_sq_true": g2,
+                             "trace_sigma": trace, "b_simple": b_simple}
+        if all(r.get("pg_sq_small") for r in rs):  # the policy-gradient term alone (rows since it was logged)
+            pg2, pg_trace, pg_simple = noise_scale(pooled("pg_sq_small"), pooled("pg_sq_big"), b_small, b_big)
+            w.update(policy_grad_sq_true=pg2, policy_trace_sigma=pg_trace, b_simple_policy=pg_simple)
+        for key in ("b_simple", "b_simple_policy"):
+            b = w.get(key)
+            if b is not None and b == b:  # not nan
+                w[f"modelled_frames_ratio_2048_vs_64{key[len('b_simple'):]}"] = (1 + 2048 / b) / (1 + 64 / b)
+        out.append(w)
+    return out
 
 
 def parse_point(text: str) -> Point:
@@ -156,7 +190,8 @@ def summarize(args: argparse.Namespace, p: Point) -> PointResult | None:
     best_eval = max((float(r["score_mean"]) for r in evals if r.get("score_mean")), default=None)
     return PointResult(p.name, p.global_batch, p.rule, state, int(hit["frames"]) if hit else None, frames, best,
                        float(last["time_s"]) / 3600, cpu, os.path.relpath(source, harness.ROOT), note,
-                       int(eval_hit["frames"]) if eval_hit else None, best_eval, emulators_of(args, p))
+                       int(eval_hit["frames"]) if eval_hit else None, best_eval, emulators_of(args, p),
+                       noise_windows(rows) or None)
 
 
 def abandoned_path(args: argparse.Namespace) -> str:
@@ -232,7 +267,7 @@ def run_point(args: argparse.Namespace, p: Point) -> None:
 
 def plot(results: list[PointResult], args: argparse.Namespace, points: list[Point], path: str) -> None:
     plt = harness.pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(19, 5))
     for p in points:
         rows, _ = rows_of(args, p)
         xs = [int(r["frames"]) / 1e6 for r in rows if r.get("return_mean20")]
@@ -257,6 +292,19 @@ def plot(results: list[PointResult], args: argparse.Namespace, points: list[Poin
     ax2.set_xscale("log", base=2)
     ax2.set(xlabel="global batch", ylabel="frames (M)", title=f"frames to mean-20 return {args.target:g}")
     ax2.legend(fontsize=8)
+    for r in results:
+        for key, style, what in (("b_simple", "o-", "whole loss"), ("b_simple_policy", "s--", "policy term")):
+            ws = [w for w in r.noise_scale or [] if w.get(key) is not None and w[key] == w[key]]
+            if ws:
+                ax3.plot([(w["frames_from"] + w["frames_to"]) / 2e6 for w in ws], [w[key] for w in ws], style,
+                         label=f"global batch {r.global_batch}, {r.rule}: {what} (b {ws[0]['b_small']} vs {ws[0]['b_big']})")
+    for b in sorted({r.global_batch for r in results}):
+        ax3.axhline(b, color="grey", ls=":", lw=0.8)
+    ax3.set_yscale("log")
+    ax3.set(xlabel="frames (M), window midpoint", ylabel="B_simple = tr(Sigma) / |G|^2",
+            title="gradient noise scale (grey: the global batches)")
+    if ax3.has_data():
+        ax3.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -283,6 +331,13 @@ def analyze(args: argparse.Namespace, points: list[Point]) -> list[PointResult]:
         best_e = f"{r.best_eval:.1f}" if r.best_eval is not None else "-"
         print(f"{r.point:<16}{r.state:<11}{ftt:>18}{fte:>12}{r.frames_total:>15,}{best:>14}{best_e:>11}"
               f"{r.wall_hours or 0:>8.2f}" + (f"  ({r.note})" if r.note else ""))
+    for r in results:
+        for w in r.noise_scale or []:
+            pg = w.get("b_simple_policy")
+            print(f"noise scale {r.point}: frames {w['frames_from'] / 1e6:.0f}-{w['frames_to'] / 1e6:.1f} M, "
+                  f"{w['measurements']} measurements: B_simple {w['b_simple']:.4g} (|G|^2 {w['grad_sq_true']:.3g}, "
+                  f"tr Sigma {w['trace_sigma']:.3g})" + (f", policy term alone {pg:.4g}" if pg is not None else "")
+                  + " [modelled frames at 2048 / at 64 = (1 + 2048/B) / (1 + 64/B)]")
     return results
 
 

@@ -38,6 +38,7 @@ def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     assert config["run"]["rehearse_ranks"] == 2 and config["learn"]["train_batch"] == 64
     meta = json.loads((runs / "gb128-sqrt" / "meta.json").read_text())
     assert meta["global_batch"] == 128
+    assert config["learn"]["noise_scale_every"] == 10  # the noise scale is measured along every point
     res = json.loads((out / "batch_scaling-cartpole-v1.json").read_text())
     [point] = res["points"]  # 64:sqrt has no run on CartPole: not listed
     assert point["point"] == "gb128-sqrt" and point["state"] in ("reached", "frame cap")
@@ -46,6 +47,9 @@ def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     # the periodic evaluation ran beside the training criterion and its curve is kept with the results
     evals = (out / "batch_scaling-cartpole-v1-gb128-sqrt-eval.csv").read_text().splitlines()
     assert len(evals) >= 2 and point["best_eval"] is not None and point["emulators"] == 2 * config["sim"]["num_envs"]
+    [window] = point["noise_scale"]  # all in the first million frames: one rehearsed rank's batch against both's
+    assert window["b_small"] == 64 and window["b_big"] == 128 and window["measurements"] >= 10
+    assert window["trace_sigma"] > 0 and window["policy_trace_sigma"] > 0
     # the committed copy of progress.csv carries the curve once the run directory is gone ...
     shutil.rmtree(runs)
     p = subprocess.run([*base, "--analyze-only"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
@@ -98,3 +102,24 @@ def test_sigterm_stops_a_point_and_keeps_what_it_reached(tmp_path):
     p = subprocess.run([*base, "--run", "next"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0 and "every point is finished" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def test_noise_windows_pool_means_before_the_ratio():
+    from benchmarks.batch_scaling import noise_windows
+    from ba3c.learner import noise_scale
+
+    rows = [{"frames": "500000", "noise_n": "3", "grad_sq_small": "4.0", "grad_sq_big": "1.0", "noise_b_small": "64",
+             "noise_b_big": "256"},
+            {"frames": "900000", "noise_n": "1", "grad_sq_small": "8.0", "grad_sq_big": "3.0", "noise_b_small": "64",
+             "noise_b_big": "256"},
+            {"frames": "950000", "noise_n": "", "grad_sq_small": "", "grad_sq_big": ""},  # a row with no measurement
+            {"frames": "1500000", "noise_n": "2", "grad_sq_small": "2.0", "grad_sq_big": "1.0", "noise_b_small": "64",
+             "noise_b_big": "256"}]
+    first, second = noise_windows(rows)
+    assert (first["frames_from"], first["frames_to"], first["measurements"]) == (0, 900000, 4)
+    g2, trace, b = noise_scale((3 * 4.0 + 8.0) / 4, (3 * 1.0 + 3.0) / 4, 64, 256)
+    assert first["grad_sq_true"] == pytest.approx(g2) and first["trace_sigma"] == pytest.approx(trace)
+    assert first["b_simple"] == pytest.approx(b)
+    assert first["modelled_frames_ratio_2048_vs_64"] == pytest.approx((1 + 2048 / b) / (1 + 64 / b))
+    assert second["frames_from"] == 1_000_000 and second["measurements"] == 2
+    assert "b_simple_policy" not in first  # rows from before the policy term was logged

@@ -63,15 +63,17 @@ def test_learner_measures_squared_norms_of_sub_batches_and_of_the_batch():
                        rng.normal(size=20).astype(np.float32), rng.normal(size=20).astype(np.float32))
         twin.set_weights(learner.model.get_weights())
 
-        def grad(lo: int, hi: int) -> np.ndarray:
+        def grad(lo: int, hi: int, policy_only: bool = False) -> np.ndarray:
             with tf.GradientTape() as tape:
                 logits, value = twin(b.obs[lo:hi])
                 logp = tf.nn.log_softmax(logits)
                 pl = -tf.reduce_mean(tf.gather(logp, b.actions[lo:hi], batch_dims=1) * b.advantages[lo:hi])
                 vl = 0.5 * tf.reduce_mean(tf.square(b.returns[lo:hi] - tf.squeeze(value, -1)))
                 ent = -tf.reduce_mean(tf.reduce_sum(tf.exp(logp) * logp, -1))
-                loss = pl + cfg.value_coef * vl - cfg.entropy_coef * ent
-            return np.concatenate([np.ravel(x) for x in tape.gradient(loss, twin.trainable_variables)]).astype(np.float64)
+                loss = pl if policy_only else pl + cfg.value_coef * vl - cfg.entropy_coef * ent
+            gs = tape.gradient(loss, twin.trainable_variables)
+            return np.concatenate([np.zeros(v.shape).ravel() if g is None else np.ravel(g)
+                                   for g, v in zip(gs, twin.trainable_variables)]).astype(np.float64)
 
         s = learner.train(b)
         if update % 2:  # not measured
@@ -82,6 +84,11 @@ def test_learner_measures_squared_norms_of_sub_batches_and_of_the_batch():
         assert (s.b_small, s.b_big) == (6, 18)
         assert s.grad_sq_small == pytest.approx(np.mean([x @ x for x in subs]), rel=1e-4)
         assert s.grad_sq_big == pytest.approx(whole @ whole, rel=1e-4)
+        pg_subs = [grad(6 * i, 6 * (i + 1), policy_only=True) for i in range(3)]
+        pg_whole = grad(0, 18, policy_only=True)
+        assert s.pg_sq_small == pytest.approx(np.mean([x @ x for x in pg_subs]), rel=1e-4)
+        assert s.pg_sq_big == pytest.approx(pg_whole @ pg_whole, rel=1e-4)
+        assert 0 < s.pg_sq_big < s.grad_sq_big  # the value head's gradient is in the whole loss's only
 
 
 def test_run_logs_the_pooled_noise_scale(tmp_path):
@@ -96,5 +103,7 @@ def test_run_logs_the_pooled_noise_scale(tmp_path):
         assert (int(r["noise_b_small"]), int(r["noise_b_big"])) == (16, 32)
         small, big = float(r["grad_sq_small"]), float(r["grad_sq_big"])
         assert small > 0 and big > 0
-        want = noise_scale(small, big, 16, 32)[2]
-        assert (math.isnan(want) and r["noise_scale"] == "nan") or float(r["noise_scale"]) == pytest.approx(want)
+        for col, (a, b) in (("noise_scale", (small, big)),
+                            ("noise_scale_policy", (float(r["pg_sq_small"]), float(r["pg_sq_big"])))):
+            want = noise_scale(a, b, 16, 32)[2]
+            assert (math.isnan(want) and r[col] == "nan") or float(r[col]) == pytest.approx(want)
