@@ -20,6 +20,7 @@ MODELS = ("auto", "nature", "paper", "mlp")
 CLIP_MODES = ("global", "avg")
 LR_SCALINGS = ("none", "linear", "sqrt")
 LR_ADAPTS = ("none", "kl")
+ADVANTAGE_NORMS = ("none", "batch")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
 ALLREDUCES = ("grouped", "per-tensor")
@@ -69,6 +70,11 @@ class LearnConfig:
     clip_mode: str = _f("global", "global: clip by global norm; avg: clip each tensor by average norm (paper)", choices=CLIP_MODES)
     entropy_coef: float = _f(0.01, "entropy bonus weight")
     value_coef: float = _f(0.5, "value loss weight")
+    advantage_norm: str = _f("none", "none: the policy gradient weighs each action by its advantage (return - value); "
+                             "batch: by its advantage standardised (mean 0, std 1) within its rank's --train-batch "
+                             "samples (a rehearsal: within each rehearsed rank's), as PPO implementations do; removes a "
+                             "shared bias of the advantages while the value head still lags the returns",
+                             choices=ADVANTAGE_NORMS)
     exchange: str = _f("sync", "sync: average gradients then apply in the same update; overlap: exchange update k while "
                        "computing update k+1's gradients (they are one update stale), hiding the allreduce", choices=EXCHANGES)
     allreduce: str = _f("grouped", "how a synchronous update's gradients are exchanged: grouped (one exchange after the "
@@ -177,7 +183,7 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
                                              "lr_adapt": "none", "kl_target": 0.002, "kl_samples": 256,
-                                             "noise_scale_every": 0}
+                                             "noise_scale_every": 0, "advantage_norm": "none"}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -271,6 +277,8 @@ def validate(cfg: Config) -> None:
     if l.n_step * 4 > s.max_episode_frames:
         raise ConfigError(f"--n-step {l.n_step} is longer than the episode cap --max-episode-frames "
                           f"{s.max_episode_frames} allows; lower --n-step or raise the cap")
+    if l.advantage_norm == "batch" and l.train_batch < 2:
+        raise ConfigError("--advantage-norm batch standardises within a rank's batch: it needs --train-batch 2 or more")
     if l.noise_scale_every and r.rehearse_ranks == 1 and l.train_batch < 8:
         raise ConfigError(f"--noise-scale-every needs sub-batches of at least 2 samples: --train-batch {l.train_batch} "
                           f"/ 4 is less; raise --train-batch to 8 or more, or rehearse ranks (--rehearse-ranks)")

@@ -66,6 +66,16 @@ def noise_scale(grad_sq_small: float, grad_sq_big: float, b_small: int, b_big: i
     return g2, trace, (trace / g2 if g2 > 0 else float("nan"))
 
 
+def standardise(advantages: np.ndarray, chunk: int) -> np.ndarray:
+    """--advantage-norm batch: each consecutive `chunk` of advantages (a rank's batch; a rehearsal holds one
+    per rehearsed rank) to mean 0 and std 1; a last, shorter chunk on its own."""
+    out = np.empty_like(advantages)
+    for i in range(0, len(advantages), chunk):
+        a = advantages[i:i + chunk].astype(np.float64)
+        out[i:i + chunk] = (a - a.mean()) / (a.std() + 1e-8)
+    return out
+
+
 def _clip(tf, grads: list, mode: str, threshold: float) -> tuple[list, object]:
     norm = tf.linalg.global_norm(grads)
     if threshold <= 0:
@@ -217,8 +227,9 @@ class Learner:
         t0 = time.perf_counter()
         lag = float(self.updates - batch.versions.mean())
         tf = self._tf
-        args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns),
-                tf.constant(batch.advantages))
+        adv = standardise(batch.advantages, self.cfg.train_batch) if self.cfg.advantage_norm == "batch" \
+            else batch.advantages
+        args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns), tf.constant(adv))
         every = self.cfg.noise_scale_every
         noise = self._gradient_noise(args) if every and self.updates % every == 0 else (float("nan"),) * 4 + (0, 0)
         losses, norm, exchange_s, kl, sub = self._update(args)

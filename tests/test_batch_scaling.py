@@ -21,6 +21,7 @@ def test_points_become_rehearsals_of_the_global_batch():
     paper = parse_point("2048:paper")
     assert paper.rehearse_ranks == 64 and paper.trainer_flags()[:2] == ["--preset", "paper"]
     assert Point(256, "linear").name == "gb256-linear"
+    assert parse_point("2048:advnorm").trainer_flags()[-4:] == ["--lr-scaling", "sqrt", "--advantage-norm", "batch"]
     for bad in ("2048", "100:sqrt", "2048:cubic", "8192:sqrt"):
         with pytest.raises(SystemExit, match="batch_scaling: point"):
             parse_point(bad)
