@@ -147,7 +147,7 @@ def run_dir(args: argparse.Namespace, p: Point) -> str:
     return os.path.abspath(os.path.join(args.runs_dir, p.name))
 
 
-KEPT_CSVS = ("progress.csv", "eval.csv")  # copied into the results, so curves survive the run directory
+KEPT_CSVS = ("progress.csv", "eval.csv", "events.csv")  # copied into the results, so curves (and the guard's actions) survive the run directory
 
 
 def result_copy(args: argparse.Namespace, p: Point, csv_name: str) -> str:
