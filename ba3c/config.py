@@ -94,12 +94,16 @@ class LearnConfig:
                        "After every update the policy's change is measured (KL(old || new) on --kl-samples, averaged "
                        "over ranks); a step that changed it by more than twice --kl-target is shortened towards the "
                        "weights before it (up to 3 times), and the next update's lr is raised x1.05 while the "
-                       "change is below half the target, cut /1.5 when above twice it, within 1/64 .. 16 x the rule's "
-                       "lr (costs a forward pass of --kl-samples per update, more when a step is shortened)",
+                       "change is below half the target, cut /1.5 when above twice it, within 1/64 .. --kl-lr-max x the "
+                       "rule's lr (costs a forward pass of --kl-samples per update, more when a step is shortened)",
                        choices=LR_ADAPTS)
     kl_target: float = _f(0.002, "--lr-adapt kl: the policy change per update aimed at (mean KL over the measured "
                           "samples). 0.002 is 32 x the mean change of a batch-64 Pong update early in training "
                           "(6.6e-5, measured; README): the change of 32 such updates of independent noise")
+    kl_lr_max: float = _f(1.0, "--lr-adapt kl: the most the lr may be raised to, as a multiple of the rule's lr. "
+                          "1: the trust region only shortens steps and cuts the lr, and raises it back no higher than "
+                          "the rule's. Measured (README): with 16 the lr ran to its cap on a policy that no longer "
+                          "responded, and the policy went back to uniform")
     kl_samples: int = _f(256, "--lr-adapt kl: samples of each rank's batch the KL is measured on (an evenly spaced subset)")
     noise_scale_every: int = _f(0, "measure the gradient noise scale (McCandlish et al. 2018, B_simple = tr(Sigma) / |G|^2: "
                                 "the batch beyond which more samples per update stop saving updates) every this many "
@@ -182,7 +186,7 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 # Options added after runs were saved, and the value a saved config that lacks one ran with (which
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
-                                             "lr_adapt": "none", "kl_target": 0.002, "kl_samples": 256,
+                                             "lr_adapt": "none", "kl_target": 0.002, "kl_samples": 256, "kl_lr_max": 16.0,
                                              "noise_scale_every": 0, "advantage_norm": "none"}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
@@ -236,6 +240,7 @@ def validate(cfg: Config) -> None:
                     checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min, keep_checkpoints=r.keep_checkpoints,
                     queue_batches=r.queue_batches, eval_episodes=r.eval_episodes, stats_interval_updates=r.stats_interval_updates,
                     adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks, kl_target=l.kl_target, kl_samples=l.kl_samples,
+                    kl_lr_max=l.kl_lr_max,
                     guard_snapshot_updates=r.guard_snapshot_updates, guard_grad_jump=r.guard_grad_jump,
                     guard_max_rollbacks=r.guard_max_rollbacks)
     for name, v in positive.items():

@@ -40,20 +40,20 @@ class StepStats:
 
 # --lr-adapt kl: the next update's lr multiplier moves by these factors, within these bounds
 KL_RAISE, KL_CUT = 1.05, 1.5
-LR_ADAPT_MIN, LR_ADAPT_MAX = 1.0 / 64, 16.0
+LR_ADAPT_MIN = 1.0 / 64  # the upper bound is --kl-lr-max
 # A step whose policy change exceeds twice the target is shortened (towards the weights before it) at most
 # this many times, each by sqrt(limit / KL) (KL grows about quadratically with the step's length)
 KL_BACKTRACKS = 3
 
 
-def adapt_lr(scale: float, kl: float, target: float) -> float:
+def adapt_lr(scale: float, kl: float, target: float, most: float) -> float:
     """The lr multiplier after an update whose policy changed by `kl`: raised gently while the policy
     moves less than half the target, cut faster when it moves more than twice it (or is not finite)."""
     if not math.isfinite(kl) or kl > 2.0 * target:
         scale /= KL_CUT
     elif kl < 0.5 * target:
         scale *= KL_RAISE
-    return min(LR_ADAPT_MAX, max(LR_ADAPT_MIN, scale))
+    return min(most, max(LR_ADAPT_MIN, scale))
 
 
 def noise_scale(grad_sq_small: float, grad_sq_big: float, b_small: int, b_big: int) -> tuple[float, float, float]:
@@ -239,7 +239,7 @@ class Learner:
         kl_step, kept = kl, 1.0
         if self._kl_on:  # every rank has the same averaged kl, so takes the same decisions
             kl_step, kl, kept = self._trust_region(kl, sub)
-            self.lr_adapt = adapt_lr(self.lr_adapt, kl_step, self.cfg.kl_target)
+            self.lr_adapt = adapt_lr(self.lr_adapt, kl_step, self.cfg.kl_target, self.cfg.kl_lr_max)
         return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag, kl, kl_step, kept, *noise)
 
     def _gradient_noise(self, args: tuple) -> tuple[float, float, float, float, int, int]:

@@ -124,7 +124,7 @@ class Trainer:
             print(f"ba3c: the learning rate changes on resume: the collapse guard's lr cut (x{state.lr_scale:g}) "
                   f"is dropped")
             state.lr_scale = 1.0
-        if state.lr_adapt != 1.0 and any(k in changes for k in ("lr", "lr_scaling", "lr_ref_batch", "lr_adapt", "kl_target")):
+        if state.lr_adapt != 1.0 and any(k in changes for k in ("lr", "lr_scaling", "lr_ref_batch", "lr_adapt", "kl_target", "kl_lr_max")):
             print(f"ba3c: the learning rate changes on resume: --lr-adapt's multiplier (x{state.lr_adapt:.3g}) starts again at 1")
             state.lr_adapt = 1.0
         print(f"ba3c: resuming from {c.path} (update {state.updates:,}, {state.frames:,} frames; "

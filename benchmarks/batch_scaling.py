@@ -19,7 +19,8 @@ with each point's state: reached, stopped at the cap, partial, or abandoned.
 
 Rules (POINT is GLOBAL_BATCH:RULE): sqrt, linear, none (`--lr-scaling` at the default preset), paper
 (`--preset paper`: fixed 1e-3 with the authors' Adam betas), kl (sqrt's lr to start, then `--lr-adapt
-kl`: a trust region on each update's policy change that also moves the lr), advnorm (sqrt with
+kl`: a trust region on each update's policy change that also moves the lr, up to 16x sqrt's), kl1
+(the same with the lr never above sqrt's, `--kl-lr-max 1`), advnorm (sqrt with
 `--advantage-norm batch`: advantages standardised within each rehearsed rank's batch).
 
 A point that will not reach the target (e.g. a collapsed run) is given up with
@@ -42,8 +43,8 @@ from benchmarks.harness import Row
 from benchmarks.time_to_score import first_reach
 from benchmarks.time_to_score import main as time_to_score
 
-BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32, "kl": 64, "advnorm": 64}  # per rehearsed rank: the default preset's, the paper's
-DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:none,2048:paper,2048:kl,2048:advnorm"
+BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32, "kl": 64, "kl1": 64, "advnorm": 64}  # per rehearsed rank: the default preset's, the paper's
+DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:none,2048:paper,2048:kl,2048:kl1,2048:advnorm"
 # The committed one-rank Pong run (default config: global batch 64, lr 5e-4 by the sqrt rule at its reference)
 EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
 
@@ -65,9 +66,9 @@ class Point:
     def trainer_flags(self) -> list[str]:
         if self.rule == "paper":
             return ["--preset", "paper", "--rehearse-ranks", str(self.rehearse_ranks)]
-        if self.rule == "kl":
+        if self.rule in ("kl", "kl1"):  # kl: the lr may rise to 16x the rule's (as first run); kl1: to 1x
             return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
-                    "--lr-scaling", "sqrt", "--lr-adapt", "kl"]
+                    "--lr-scaling", "sqrt", "--lr-adapt", "kl", "--kl-lr-max", "16" if self.rule == "kl" else "1"]
         if self.rule == "advnorm":
             return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
                     "--lr-scaling", "sqrt", "--advantage-norm", "batch"]
@@ -103,14 +104,17 @@ NOISE_WINDOWS_M = (0, 1, 2, 4, 8, 16, 32, 64)  # frame windows (millions) the no
 
 
 def noise_windows(rows: list[Row]) -> list[dict[str, Any]]:
-    """B_simple per frame window: each row's mean squared norms weighted by its measurements, pooled
+    """B_simple per frame window (healthy rows only): each row's mean squared norms weighted by its measurements, pooled
     (means first, then the ratio: one measurement's |G|^2 is noisy), with the batch-size ratio of frames to a
     score that McCandlish et al.'s model predicts from it (modelled, not measured: E(B) ~ 1 + B / B_noise)."""
     from ba3c.learner import noise_scale
 
     out = []
     for lo, hi in zip(NOISE_WINDOWS_M, NOISE_WINDOWS_M[1:]):
-        rs = [r for r in rows if r.get("noise_n") and lo * 1e6 <= int(r["frames"]) < hi * 1e6]
+        # rows the collapse guard judged suspect or collapsed are left out: a collapsing policy's gradients
+        # (norms of 10-100 against ~0.1) would stand for the whole window
+        rs = [r for r in rows if r.get("noise_n") and lo * 1e6 <= int(r["frames"]) < hi * 1e6
+              and r.get("guard", "") in ("", "healthy")]
         if not rs:
             continue
         n = [int(r["noise_n"]) for r in rs]
@@ -285,7 +289,7 @@ def plot(results: list[PointResult], args: argparse.Namespace, points: list[Poin
     ax1.axhline(args.target, color="grey", ls=":")
     ax1.set(xlabel="frames (M)", ylabel="return", title=f"{args.env}: return against frames")
     ax1.legend(fontsize=8)
-    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^"), ("kl", "v"), ("advnorm", "P")):
+    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^"), ("kl", "v"), ("kl1", "<"), ("advnorm", "P")):
         done = [r for r in results if r.rule == rule]
         reached = [r for r in done if r.frames_to_target]
         ax2.plot([r.global_batch for r in reached], [r.frames_to_target / 1e6 for r in reached], marker, ls="-",

@@ -21,6 +21,8 @@ def test_points_become_rehearsals_of_the_global_batch():
     paper = parse_point("2048:paper")
     assert paper.rehearse_ranks == 64 and paper.trainer_flags()[:2] == ["--preset", "paper"]
     assert Point(256, "linear").name == "gb256-linear"
+    assert parse_point("2048:kl").trainer_flags()[-2:] == ["--kl-lr-max", "16"]
+    assert parse_point("2048:kl1").trainer_flags()[-4:] == ["--lr-adapt", "kl", "--kl-lr-max", "1"]
     assert parse_point("2048:advnorm").trainer_flags()[-4:] == ["--lr-scaling", "sqrt", "--advantage-norm", "batch"]
     for bad in ("2048", "100:sqrt", "2048:cubic", "8192:sqrt"):
         with pytest.raises(SystemExit, match="batch_scaling: point"):
@@ -114,6 +116,8 @@ def test_noise_windows_pool_means_before_the_ratio():
             {"frames": "900000", "noise_n": "1", "grad_sq_small": "8.0", "grad_sq_big": "3.0", "noise_b_small": "64",
              "noise_b_big": "256"},
             {"frames": "950000", "noise_n": "", "grad_sq_small": "", "grad_sq_big": ""},  # a row with no measurement
+            {"frames": "960000", "noise_n": "5", "grad_sq_small": "900.0", "grad_sq_big": "800.0", "noise_b_small": "64",
+             "noise_b_big": "256", "guard": "collapsed"},  # left out
             {"frames": "1500000", "noise_n": "2", "grad_sq_small": "2.0", "grad_sq_big": "1.0", "noise_b_small": "64",
              "noise_b_big": "256"}]
     first, second = noise_windows(rows)

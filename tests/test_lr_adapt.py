@@ -10,23 +10,29 @@ import pytest
 
 from ba3c import checkpoint as ckpt
 from ba3c.config import Config, ConfigError, LearnConfig, validate
-from ba3c.learner import KL_CUT, KL_RAISE, LR_ADAPT_MAX, LR_ADAPT_MIN, adapt_lr
+from ba3c.learner import KL_CUT, KL_RAISE, LR_ADAPT_MIN, adapt_lr
 from conftest import run_train
 
 
 def test_rule_raises_while_the_policy_barely_moves_and_cuts_when_it_jumps():
-    t = 0.01
-    assert adapt_lr(1.0, 0.001, t) == pytest.approx(KL_RAISE)      # below half the target
-    assert adapt_lr(1.0, 0.03, t) == pytest.approx(1 / KL_CUT)     # above twice it
-    assert adapt_lr(1.0, 0.01, t) == 1.0 and adapt_lr(1.0, 0.019, t) == 1.0 and adapt_lr(1.0, 0.006, t) == 1.0
-    assert adapt_lr(1.0, float("nan"), t) == pytest.approx(1 / KL_CUT)  # non-finite: as if too large
+    t, most = 0.01, 16.0
+    assert adapt_lr(1.0, 0.001, t, most) == pytest.approx(KL_RAISE)      # below half the target
+    assert adapt_lr(1.0, 0.03, t, most) == pytest.approx(1 / KL_CUT)     # above twice it
+    assert all(adapt_lr(1.0, kl, t, most) == 1.0 for kl in (0.01, 0.019, 0.006))
+    assert adapt_lr(1.0, float("nan"), t, most) == pytest.approx(1 / KL_CUT)  # non-finite: as if too large
     s = 1.0
     for _ in range(1000):
-        s = adapt_lr(s, 0.0, t)
-    assert s == LR_ADAPT_MAX
+        s = adapt_lr(s, 0.0, t, most)
+    assert s == most
     for _ in range(1000):
-        s = adapt_lr(s, 1.0, t)
+        s = adapt_lr(s, 1.0, t, most)
     assert s == LR_ADAPT_MIN
+    # --kl-lr-max 1 (the default): cut, then raised back no higher than the rule's lr
+    s = adapt_lr(adapt_lr(1.0, 1.0, t, 1.0), 1.0, t, 1.0)
+    assert s == pytest.approx(1 / KL_CUT ** 2)
+    for _ in range(100):
+        s = adapt_lr(s, 0.0, t, 1.0)
+    assert s == 1.0
 
 
 def test_config_refuses_kl_with_the_overlapped_exchange():
@@ -34,6 +40,8 @@ def test_config_refuses_kl_with_the_overlapped_exchange():
         validate(Config().replace(lr_adapt="kl", exchange="overlap"))
     with pytest.raises(ConfigError, match="--kl-target"):
         validate(Config().replace(lr_adapt="kl", kl_target=0.0))
+    with pytest.raises(ConfigError, match="--kl-lr-max"):
+        validate(Config().replace(lr_adapt="kl", kl_lr_max=0.0))
 
 
 def test_learner_measures_the_policy_change_of_its_update():
@@ -61,7 +69,7 @@ def test_learner_measures_the_policy_change_of_its_update():
         want = float(np.mean(np.sum(np.exp(lp_old) * (lp_old - lp_new), -1)))
         assert want > 0 and s.kl == pytest.approx(want, rel=1e-3, abs=1e-8)
         assert lr_used == pytest.approx(1e-2 * scale)
-        scale = adapt_lr(scale, s.kl_step, cfg.kl_target)
+        scale = adapt_lr(scale, s.kl_step, cfg.kl_target, cfg.kl_lr_max)
         assert learner.lr_adapt == pytest.approx(scale)
     plain = Learner(build_model("mlp", (4,), 3, seed=0), LearnConfig(), Dist(), lr=1e-2, warmup_updates=0)
     assert math.isnan(plain.train(b).kl) and plain.lr_adapt == 1.0  # off by default: nothing measured
@@ -97,7 +105,7 @@ def test_trust_region_shortens_a_step_that_changes_the_policy_too_much():
 def test_run_logs_the_kl_and_resumes_its_lr(tmp_path):
     run = tmp_path / "kl"
     common = ["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20",
-              "--lr-scaling", "none", "--lr-adapt", "kl", "--kl-target", "1e-5", "--run-dir", str(run),
+              "--lr-scaling", "none", "--lr-adapt", "kl", "--kl-target", "1e-5", "--kl-lr-max", "4", "--run-dir", str(run),
               "--log-interval-s", "0.01", "--stats-interval-updates", "5"]
     run_train([*common, "--total-frames", "2000"], timeout=200)
     c = ckpt.load_latest(str(run / "checkpoints"))
@@ -105,6 +113,7 @@ def test_run_logs_the_kl_and_resumes_its_lr(tmp_path):
     with open(run / "progress.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert rows and all(math.isfinite(float(r["kl"])) for r in rows)
+    assert all(float(r["lr"]) <= 4 * 5e-4 * (1 + 1e-6) for r in rows)  # never above --kl-lr-max x the rule's
     # the lr column is the next update's lr: the rule's 5e-4 times the multiplier the checkpoint saved
     assert float(rows[-1]["lr"]) == pytest.approx(5e-4 * c.meta["lr_adapt"], rel=1e-6)
     p = run_train(["--resume", str(run), "--total-frames", "2400"], timeout=200)
