@@ -103,18 +103,24 @@ class PointResult:
 NOISE_WINDOWS_M = (0, 1, 2, 4, 8, 16, 32, 64)  # frame windows (millions) the noise scale is pooled over
 
 
-def noise_windows(rows: list[Row]) -> list[dict[str, Any]]:
+def undone(events: list[Row]) -> list[tuple[int, int]]:
+    """The update ranges a collapse-guard rollback threw away: (snapshot update, rollback update]."""
+    return [(int(e["snapshot_update"]), int(e["updates"])) for e in events
+            if e.get("event") == "rollback" and e.get("snapshot_update")]
+
+
+def noise_windows(rows: list[Row], events: list[Row] = ()) -> list[dict[str, Any]]:
     """B_simple per frame window (healthy rows only): each row's mean squared norms weighted by its measurements, pooled
     (means first, then the ratio: one measurement's |G|^2 is noisy), with the batch-size ratio of frames to a
     score that McCandlish et al.'s model predicts from it (modelled, not measured: E(B) ~ 1 + B / B_noise)."""
     from ba3c.learner import noise_scale
 
-    out = []
+    out, thrown = [], undone(list(events))
     for lo, hi in zip(NOISE_WINDOWS_M, NOISE_WINDOWS_M[1:]):
         # rows the collapse guard judged suspect or collapsed are left out: a collapsing policy's gradients
         # (norms of 10-100 against ~0.1) would stand for the whole window
         rs = [r for r in rows if r.get("noise_n") and lo * 1e6 <= int(r["frames"]) < hi * 1e6
-              and r.get("guard", "") in ("", "healthy")]
+              and r.get("guard", "") in ("", "healthy") and not any(a < int(r["updates"]) <= b for a, b in thrown)]
         if not rs:
             continue
         n = [int(r["noise_n"]) for r in rs]
@@ -159,6 +165,11 @@ def result_copy(args: argparse.Namespace, p: Point, csv_name: str) -> str:
     return os.path.join(args.out, f"batch_scaling-{args.env.lower()}-{p.name}-{csv_name}")
 
 
+def event_rows_of(args: argparse.Namespace, p: Point) -> list[Row]:
+    """A point's collapse-guard events (events.csv): its run directory if present, else the committed copy."""
+    return harness.read_first([os.path.join(run_dir(args, p), "events.csv"), result_copy(args, p, "events.csv")])[0]
+
+
 def eval_rows_of(args: argparse.Namespace, p: Point) -> list[Row]:
     """A point's periodic evaluations (eval.csv): its run directory if present, else the committed copy."""
     return harness.read_first([os.path.join(run_dir(args, p), "eval.csv"), result_copy(args, p, "eval.csv")])[0]
@@ -199,7 +210,7 @@ def summarize(args: argparse.Namespace, p: Point) -> PointResult | None:
     return PointResult(p.name, p.global_batch, p.rule, state, int(hit["frames"]) if hit else None, frames, best,
                        float(last["time_s"]) / 3600, cpu, os.path.relpath(source, harness.ROOT), note,
                        int(eval_hit["frames"]) if eval_hit else None, best_eval, emulators_of(args, p),
-                       noise_windows(rows) or None)
+                       noise_windows(rows, event_rows_of(args, p)) or None)
 
 
 def abandoned_path(args: argparse.Namespace) -> str:

@@ -128,3 +128,8 @@ def test_noise_windows_pool_means_before_the_ratio():
     assert first["modelled_frames_ratio_2048_vs_64"] == pytest.approx((1 + 2048 / b) / (1 + 64 / b))
     assert second["frames_from"] == 1_000_000 and second["measurements"] == 2
     assert "b_simple_policy" not in first  # rows from before the policy term was logged
+    # a stretch a rollback threw away (updates 10 < u <= 20) is left out too
+    rows = [{**r, "updates": str(u)} for r, u in zip(rows, (5, 15, 16, 17, 30))]
+    rollback = [{"event": "rollback", "updates": "20", "snapshot_update": "10"}, {"event": "warn", "updates": "3"}]
+    [only_first, _] = noise_windows(rows, rollback)
+    assert only_first["measurements"] == 3 and only_first["frames_to"] == 500000
