@@ -20,7 +20,8 @@ with each point's state: reached, stopped at the cap, partial, or abandoned.
 Rules (POINT is GLOBAL_BATCH:RULE): sqrt, linear, none (`--lr-scaling` at the default preset), paper
 (`--preset paper`: fixed 1e-3 with the authors' Adam betas), kl (sqrt's lr to start, then `--lr-adapt
 kl`: a trust region on each update's policy change that also moves the lr, up to 16x sqrt's), kl1
-(the same with the lr never above sqrt's, `--kl-lr-max 1`), advnorm (sqrt with
+(the same with the lr never above sqrt's, `--kl-lr-max 1`), kl1ent (kl1 with the entropy bonus
+0.01 x sqrt(64 / B): the policy gradient's noise falls as 1 / sqrt(B), the bonus's gradient does not), advnorm (sqrt with
 `--advantage-norm batch`: advantages standardised within each rehearsed rank's batch).
 
 A point that will not reach the target (e.g. a collapsed run) is given up with
@@ -43,8 +44,8 @@ from benchmarks.harness import Row
 from benchmarks.time_to_score import first_reach
 from benchmarks.time_to_score import main as time_to_score
 
-BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32, "kl": 64, "kl1": 64, "advnorm": 64}  # per rehearsed rank: the default preset's, the paper's
-DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:none,2048:paper,2048:kl,2048:kl1,2048:advnorm"
+BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32, "kl": 64, "kl1": 64, "kl1ent": 64, "advnorm": 64}  # per rehearsed rank: the default preset's, the paper's
+DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:none,2048:paper,2048:kl,2048:kl1,2048:kl1ent,2048:advnorm"
 # The committed one-rank Pong run (default config: global batch 64, lr 5e-4 by the sqrt rule at its reference)
 EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score-pong-progress.csv")
 
@@ -69,6 +70,10 @@ class Point:
         if self.rule in ("kl", "kl1"):  # kl: the lr may rise to 16x the rule's (as first run); kl1: to 1x
             return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
                     "--lr-scaling", "sqrt", "--lr-adapt", "kl", "--kl-lr-max", "16" if self.rule == "kl" else "1"]
+        if self.rule == "kl1ent":  # kl1 with the entropy bonus scaled by sqrt(64 / B), as the gradient noise falls
+            ent = 0.01 * (BASE_BATCH["kl1"] / self.global_batch) ** 0.5
+            return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
+                    "--lr-scaling", "sqrt", "--lr-adapt", "kl", "--kl-lr-max", "1", "--entropy-coef", f"{ent:.3g}"]
         if self.rule == "advnorm":
             return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
                     "--lr-scaling", "sqrt", "--advantage-norm", "batch"]
@@ -300,7 +305,7 @@ def plot(results: list[PointResult], args: argparse.Namespace, points: list[Poin
     ax1.axhline(args.target, color="grey", ls=":")
     ax1.set(xlabel="frames (M)", ylabel="return", title=f"{args.env}: return against frames")
     ax1.legend(fontsize=8)
-    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^"), ("kl", "v"), ("kl1", "<"), ("advnorm", "P")):
+    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^"), ("kl", "v"), ("kl1", "<"), ("kl1ent", ">"), ("advnorm", "P")):
         done = [r for r in results if r.rule == rule]
         reached = [r for r in done if r.frames_to_target]
         ax2.plot([r.global_batch for r in reached], [r.frames_to_target / 1e6 for r in reached], marker, ls="-",

@@ -23,6 +23,7 @@ def test_points_become_rehearsals_of_the_global_batch():
     assert Point(256, "linear").name == "gb256-linear"
     assert parse_point("2048:kl").trainer_flags()[-2:] == ["--kl-lr-max", "16"]
     assert parse_point("2048:kl1").trainer_flags()[-4:] == ["--lr-adapt", "kl", "--kl-lr-max", "1"]
+    assert parse_point("2048:kl1ent").trainer_flags()[-2:] == ["--entropy-coef", "0.00177"]
     assert parse_point("2048:advnorm").trainer_flags()[-4:] == ["--lr-scaling", "sqrt", "--advantage-norm", "batch"]
     for bad in ("2048", "100:sqrt", "2048:cubic", "8192:sqrt"):
         with pytest.raises(SystemExit, match="batch_scaling: point"):
