@@ -104,7 +104,7 @@ def main() -> None:
             s = learner.train(b)
             kls.append(s.kl_step)
             kept.append(s.step_kept)
-            want_scale = adapt_lr(want_scale, s.kl_step, cfg.kl_target)
+            want_scale = adapt_lr(want_scale, s.kl_step, cfg.kl_target, cfg.kl_lr_max)
         out["lr_adapt"][name] = {"kl": kls, "lr": lrs, "kept": kept, "scale": learner.lr_adapt, "want_scale": want_scale,
                                  "checksum": learner.weights_checksum()}
     out["gathered"] = d.gather(d.rank)
