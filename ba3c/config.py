@@ -108,8 +108,9 @@ class LearnConfig:
     noise_scale_every: int = _f(0, "measure the gradient noise scale (McCandlish et al. 2018, B_simple = tr(Sigma) / |G|^2: "
                                 "the batch beyond which more samples per update stop saving updates) every this many "
                                 "updates, from the squared gradient norms of the rank's batch and of its sub-batches "
-                                "(a rehearsal's: one per rehearsed rank; else 4 of --train-batch / 4); costs one more "
-                                "gradient pass of the batch at those updates; logged in progress.csv (0: off)")
+                                "(a rehearsal's: one per rehearsed rank; else 4 of --train-batch / 4), for the whole loss and "
+                                "its policy term; costs one more forward and two more backward passes of the batch (in "
+                                "sub-batches) at those updates; logged in progress.csv (0: off)")
 
 
 @dataclass(frozen=True)

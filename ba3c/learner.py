@@ -256,7 +256,7 @@ class Learner:
                 g = np.asarray(flat.numpy(), np.float64)
                 small[j] += float(g @ g)
                 sums[j] = g if sums[j] is None else sums[j] + g
-        big = [float((t / parts) @ (t / parts)) for t in sums]
+        big = [float(t @ t) / parts ** 2 for t in sums]  # |mean|^2
         sq = np.array([small[0] / parts, big[0], small[1] / parts, big[1]], np.float64)
         if self.dist.size > 1:
             sq = self.dist.average_flat(sq.astype(np.float32)).astype(np.float64)

@@ -65,20 +65,17 @@ class Point:
         return self.global_batch // BASE_BATCH[self.rule]
 
     def trainer_flags(self) -> list[str]:
+        ranks = ["--rehearse-ranks", str(self.rehearse_ranks)]
         if self.rule == "paper":
-            return ["--preset", "paper", "--rehearse-ranks", str(self.rehearse_ranks)]
-        if self.rule in ("kl", "kl1"):  # kl: the lr may rise to 16x the rule's (as first run); kl1: to 1x
-            return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
-                    "--lr-scaling", "sqrt", "--lr-adapt", "kl", "--kl-lr-max", "16" if self.rule == "kl" else "1"]
-        if self.rule == "kl1ent":  # kl1 with the entropy bonus scaled by sqrt(64 / B), as the gradient noise falls
-            ent = 0.01 * (BASE_BATCH["kl1"] / self.global_batch) ** 0.5
-            return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
-                    "--lr-scaling", "sqrt", "--lr-adapt", "kl", "--kl-lr-max", "1", "--entropy-coef", f"{ent:.3g}"]
-        if self.rule == "advnorm":
-            return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
-                    "--lr-scaling", "sqrt", "--advantage-norm", "batch"]
-        return ["--train-batch", str(BASE_BATCH[self.rule]), "--rehearse-ranks", str(self.rehearse_ranks),
-                "--lr-scaling", self.rule]
+            return ["--preset", "paper", *ranks]
+        kl = ["--lr-scaling", "sqrt", "--lr-adapt", "kl", "--kl-lr-max"]
+        # kl1ent: the entropy bonus x sqrt(64 / B), as the policy gradient's noise falls with the batch
+        entropy = f"{0.01 * (BASE_BATCH[self.rule] / self.global_batch) ** 0.5:.3g}"
+        extra = {"kl": [*kl, "16"],  # as first run: the lr may rise to 16x sqrt's
+                 "kl1": [*kl, "1"],
+                 "kl1ent": [*kl, "1", "--entropy-coef", entropy],
+                 "advnorm": ["--lr-scaling", "sqrt", "--advantage-norm", "batch"]}.get(self.rule, ["--lr-scaling", self.rule])
+        return ["--train-batch", str(BASE_BATCH[self.rule]), *ranks, *extra]
 
 
 @dataclass(frozen=True)
@@ -115,15 +112,15 @@ def undone(events: list[Row]) -> list[tuple[int, int]]:
 
 
 def noise_windows(rows: list[Row], events: list[Row] = ()) -> list[dict[str, Any]]:
-    """B_simple per frame window (healthy rows only): each row's mean squared norms weighted by its measurements, pooled
+    """B_simple per frame window: each row's mean squared norms weighted by its measurements, pooled
     (means first, then the ratio: one measurement's |G|^2 is noisy), with the batch-size ratio of frames to a
-    score that McCandlish et al.'s model predicts from it (modelled, not measured: E(B) ~ 1 + B / B_noise)."""
+    score that McCandlish et al.'s model predicts from it (modelled, not measured: E(B) ~ 1 + B / B_noise).
+    Rows the collapse guard judged suspect or collapsed, and those of a stretch a rollback threw away, are
+    left out: a collapsing policy's gradients (norms of 10-100 against ~0.1) would stand for the whole window."""
     from ba3c.learner import noise_scale
 
     out, thrown = [], undone(list(events))
     for lo, hi in zip(NOISE_WINDOWS_M, NOISE_WINDOWS_M[1:]):
-        # rows the collapse guard judged suspect or collapsed are left out: a collapsing policy's gradients
-        # (norms of 10-100 against ~0.1) would stand for the whole window
         rs = [r for r in rows if r.get("noise_n") and lo * 1e6 <= int(r["frames"]) < hi * 1e6
               and r.get("guard", "") in ("", "healthy") and not any(a < int(r["updates"]) <= b for a, b in thrown)]
         if not rs:
@@ -138,10 +135,11 @@ def noise_windows(rows: list[Row], events: list[Row] = ()) -> list[dict[str, Any
         if all(r.get("pg_sq_small") for r in rs):  # the policy-gradient term alone (rows since it was logged)
             pg2, pg_trace, pg_simple = noise_scale(pooled("pg_sq_small"), pooled("pg_sq_big"), b_small, b_big)
             w.update(policy_grad_sq_true=pg2, policy_trace_sigma=pg_trace, b_simple_policy=pg_simple)
-        for key in ("b_simple", "b_simple_policy"):
+        for key, ratio in (("b_simple", "modelled_frames_ratio_2048_vs_64"),
+                           ("b_simple_policy", "modelled_frames_ratio_2048_vs_64_policy")):
             b = w.get(key)
             if b is not None and b == b:  # not nan
-                w[f"modelled_frames_ratio_2048_vs_64{key[len('b_simple'):]}"] = (1 + 2048 / b) / (1 + 64 / b)
+                w[ratio] = (1 + 2048 / b) / (1 + 64 / b)
         out.append(w)
     return out
 
@@ -377,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-hours", type=float, default=2.0, help="this invocation's budget for the point")
     p.add_argument("--nice", type=int, default=10)
     p.add_argument("--noise-scale-every", type=int, default=10,
-                   help="the trainer's gradient noise scale measurement every this many updates (one more gradient "
-                        "pass of the batch then; progress.csv's noise_scale: the batch beyond which more samples "
+                   help="the trainer's gradient noise scale measurement every this many updates (one more forward "
+                        "and two more backward passes of the batch then, in sub-batches; progress.csv's noise_scale: the batch beyond which more samples "
                         "per update stop saving updates); 0: off")
     p.add_argument("--eval-every-frames", type=int, default=1_000_000,
                    help="periodic evaluation (paper protocol) of the policy at that frame, beside the training "
