@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -142,6 +143,92 @@ def noise_windows(rows: list[Row], events: list[Row] = ()) -> list[dict[str, Any
                 w[ratio] = (1 + 2048 / b) / (1 + 64 / b)
         out.append(w)
     return out
+
+
+MODEL_BATCHES = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # global batches the noise-scale model is written for
+MODEL_TERMS = (("b_simple", "whole loss"), ("b_simple_policy", "policy term"))
+
+
+def frames_reached(r: PointResult) -> tuple[int, str] | None:
+    """A point's frames to the target: its evaluation's where it has one there (the policy at that frame),
+    else its training return's (which lags by a game on every emulator). As the time-to-score projection
+    counts them (benchmarks/scaling_results.py)."""
+    if r.frames_to_target_eval:
+        return r.frames_to_target_eval, "evaluation"
+    if r.frames_to_target:
+        return r.frames_to_target, "training return"
+    return None
+
+
+def model_windows(windows: list[dict[str, Any]], key: str, frames_to: int) -> list[tuple[float, float]]:
+    """(frames spent, noise scale) per window up to `frames_to`: a window runs from its start to the next
+    window that has a value of `key` (a window without one, e.g. unresolved, counts with the one before it)."""
+    ws = [w for w in windows if w.get(key) is not None and w[key] == w[key] and w[key] > 0
+          and w["frames_from"] < frames_to]
+    ends = [w["frames_from"] for w in ws[1:]] + [frames_to]
+    return [(float(end - w["frames_from"]), float(w[key])) for w, end in zip(ws, ends)]
+
+
+def noise_model(results: list[PointResult]) -> dict[str, Any] | None:
+    """Frames to the target at other global batches, MODELLED from the noise scale measured along the
+    largest-batch point that reached it (benchmarks/scaling_model.py: frames_from_noise_scale), for the
+    whole loss and for the policy term alone; each checked against every other point that reached the
+    target, and against every point that ran further than the model's frames without reaching it
+    (`contradicted`). The projection uses the term whose checks erred least (the whole loss without checks)."""
+    from benchmarks.scaling_model import frames_from_noise_scale
+
+    sources = [r for r in results if frames_reached(r) and r.noise_scale]
+    if not sources:
+        return None
+    src = max(sources, key=lambda r: r.global_batch)
+    src_frames, src_how = frames_reached(src)
+    out: dict[str, Any] = {
+        "modelled": True, "source_point": src.point, "source_frames": src_frames, "source_criterion": src_how,
+        "model": "McCandlish et al. 2018: frames(B) = sum over frame windows of frames_w x (1 + B / B_noise,w) / "
+                 "(1 + b / B_noise,w), b the source point's global batch, B_noise,w its measured noise scale",
+        "terms": {}}
+    for key, term in MODEL_TERMS:
+        windows = model_windows(src.noise_scale or [], key, src_frames)
+        if not windows:
+            continue
+        frames = {b: frames_from_noise_scale(windows, src.global_batch, b) for b in MODEL_BATCHES}
+        checks = []
+        for r in results:
+            reached = frames_reached(r)
+            if r is src or not reached:
+                continue
+            modelled = frames_from_noise_scale(windows, src.global_batch, r.global_batch)
+            checks.append({"point": r.point, "global_batch": r.global_batch, "measured": reached[0],
+                           "criterion": reached[1], "modelled": modelled, "modelled_over_measured": modelled / reached[0]})
+        contradicted = {b: [r.point for r in results if r.global_batch == b and not frames_reached(r)
+                            and r.frames_total >= f] for b, f in frames.items()}
+        out["terms"][term] = {"frames": {str(b): f for b, f in frames.items()}, "checks": checks,
+                              "contradicted": {str(b): ps for b, ps in contradicted.items() if ps}}
+    if not out["terms"]:
+        return None
+    err = {t: max((abs(math.log(c["modelled_over_measured"])) for c in v["checks"]), default=None)
+           for t, v in out["terms"].items()}
+    checked = [t for t, e in err.items() if e is not None]
+    out["projection_term"] = min(checked, key=lambda t: err[t]) if checked else next(iter(out["terms"]))
+    return out
+
+
+def model_lines(model: dict[str, Any] | None) -> list[str]:
+    if not model:
+        return ["noise-scale model: no point that reached the target has noise-scale measurements"]
+    lines = [f"MODELLED frames to the target from the noise scale along {model['source_point']} "
+             f"({model['source_frames'] / 1e6:.2f} M frames by its {model['source_criterion']}); "
+             f"the projection uses the {model['projection_term']}:"]
+    for term, v in model["terms"].items():
+        frames = "  ".join(f"{b}: {f / 1e6:.1f} M" + (" (contradicted)" if b in v["contradicted"] else "")
+                           for b, f in v["frames"].items())
+        lines.append(f"  {term:<12} {frames}")
+        for c in v["checks"]:
+            lines.append(f"  {'':<12} check {c['point']}: measured {c['measured'] / 1e6:.2f} M ({c['criterion']}), "
+                         f"modelled {c['modelled'] / 1e6:.2f} M, modelled / measured {c['modelled_over_measured']:.2f}")
+        for b, ps in v["contradicted"].items():
+            lines.append(f"  {'':<12} contradicted at {b}: {', '.join(ps)} ran further without reaching the target")
+    return lines
 
 
 def parse_point(text: str) -> Point:
@@ -311,6 +398,11 @@ def plot(results: list[PointResult], args: argparse.Namespace, points: list[Poin
         open_ = [r for r in done if not r.frames_to_target]
         ax2.plot([r.global_batch for r in open_], [r.frames_total / 1e6 for r in open_], marker, mfc="none",
                  ls="none", label=f"{rule}: not yet reached (frames so far)")
+    model = noise_model(results)
+    for term, v in (model or {}).get("terms", {}).items():
+        bs = [int(b) for b in v["frames"]]
+        ax2.plot(bs, [f / 1e6 for f in v["frames"].values()], ":" if term != model["projection_term"] else "--",
+                 color="grey", label=f"MODELLED from the noise scale along {model['source_point']}, {term}")
     ax2.set_xscale("log", base=2)
     ax2.set(xlabel="global batch", ylabel="frames (M)", title=f"frames to mean-20 return {args.target:g}")
     ax2.legend(fontsize=8)
@@ -338,7 +430,8 @@ def analyze(args: argparse.Namespace, points: list[Point]) -> list[PointResult]:
                                        "criterion: mean training return of the last 20 episodes (sampled policy); "
                                        "frames_to_target_eval: the first periodic evaluation (paper protocol) at the "
                                        "target, where the point has one",
-                           "machine": harness.machine(), "points": [asdict(r) for r in results]}
+                           "machine": harness.machine(), "points": [asdict(r) for r in results],
+                           "noise_model": noise_model(results)}
     os.makedirs(args.out, exist_ok=True)
     name = "batch_scaling" if args.env == "pong" else f"batch_scaling-{args.env.lower()}"
     with open(os.path.join(args.out, f"{name}.json"), "w") as fh:
@@ -360,6 +453,8 @@ def analyze(args: argparse.Namespace, points: list[Point]) -> list[PointResult]:
                   f"{w['measurements']} measurements: B_simple {w['b_simple']:.4g} (|G|^2 {w['grad_sq_true']:.3g}, "
                   f"tr Sigma {w['trace_sigma']:.3g})" + (f", policy term alone {pg:.4g}" if pg is not None else "")
                   + " [modelled frames at 2048 / at 64 = (1 + 2048/B) / (1 + 64/B)]")
+    for line in model_lines(out["noise_model"]):
+        print(line)
     return results
 
 

@@ -16,8 +16,9 @@
    measured speedups (this machine's 1 vs 2 threads, the 16-core device's train step), beside the
    old linear assumption.
 5. Time to a score (modelled): minutes to Pong 18 against nodes = frames to 18 at that global batch
-   (measured by benchmarks/batch_scaling.py, interpolated between measured batches) / projected
-   frames/s, beside ideal linear scaling and the paper's 21 minutes on 64 nodes.
+   (measured by benchmarks/batch_scaling.py, interpolated between measured batches; where no measurement
+   answers, MODELLED from the gradient noise scale batch_scaling.json holds) / projected frames/s, beside
+   ideal linear scaling and the paper's 21 minutes on 64 nodes.
 Writes scaling.json and scaling.png in --out, and prints a table.
 """
 from __future__ import annotations
@@ -307,7 +308,7 @@ def report_time_to_score(a: Analysis) -> None:
     if not tts:
         print("time to score: no batch-scaling result to project from (run benchmarks.batch_scaling)")
         return
-    print(f"\nPROJECTED minutes to Pong 18 (MODELLED: measured frames to 18 at each global batch / projected frames/s; "
+    print(f"\nPROJECTED minutes to Pong 18 (MODELLED: frames to 18 at each global batch, measured or as the last column says / projected frames/s; "
           f"Nature CNN, {tts['network']}, {tts['node_model']} node, {tts['per_node_batch']} per node); "
           f"paper: {PAPER_MINUTES:.0f} min at 64 nodes (its own game and threshold)")
     print(f"{'nodes':>5} {'batch':>6} {'exchange':>9} {'frames to 18':>13} {'frames/s':>10} {'minutes':>8} "

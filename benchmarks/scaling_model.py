@@ -12,7 +12,11 @@ the `fat` layout, where every rank count shares the same cores).
 A node's rate on c cores (fitted, not assumed linear): Amdahl's law through measured speedups,
     speedup(c) = c / (1 + serial (c - 1)).
 Time to a score on N nodes (modelled): frames to the score at global batch N x b (measured at a few
-batches, interpolated log-log between them) / the projected frames/s at N nodes.
+batches, interpolated log-log between them; beyond them, modelled from the gradient noise scale measured
+along one run, below) / the projected frames/s at N nodes.
+Frames to a score at batch B from the noise scale B_noise (McCandlish et al. 2018, "An empirical model of
+large-batch training": E(B) = E_min (1 + B / B_noise)), applied to each frame window of a run measured at b:
+    frames(B) = sum over windows of frames_w x (1 + B / B_noise,w) / (1 + b / B_noise,w).
 A link of line rate R carries TCP payload at R x (mtu - 52) / (mtu + framing) with full-size
 segments (benchmarks/shaped_links.py measures allreduce over such links).
 """
@@ -250,10 +254,27 @@ def project(nets: Sequence[NetModel], overhead_s: float, batches: Sequence[int],
 
 @dataclass(frozen=True)
 class FramesToScore:
-    """Measured: frames a run at `global_batch` needed to reach the score (None: not reached)."""
+    """Frames a run at `global_batch` needed to reach the score (None: not reached): measured, or
+    `modelled` (from the noise scale; used only where no measurement answers)."""
     global_batch: int
     frames: float | None
     source: str = ""
+    modelled: bool = False
+
+
+def frames_from_noise_scale(windows: Sequence[tuple[float, float]], measured_batch: int, batch: int) -> float:
+    """Frames to the score at `batch` (modelled) from a run at `measured_batch` that spent windows[i][0]
+    frames where the noise scale was windows[i][1] (McCandlish et al.: each window's frames scale by
+    (1 + B / B_noise) / (1 + b / B_noise)). Not measured: the model assumes each window's progress needs
+    a fixed number of well-tuned steps at small batch and of samples at large batch."""
+    if measured_batch < 1 or batch < 1:
+        raise ValueError(f"batches must be positive (got {measured_batch}, {batch})")
+    total = 0.0
+    for frames, b_noise in windows:
+        if frames < 0 or not b_noise > 0:
+            raise ValueError(f"window ({frames}, {b_noise}): frames must be >= 0 and the noise scale > 0")
+        total += frames * (1 + batch / b_noise) / (1 + measured_batch / b_noise)
+    return total
 
 
 def frames_at_batch(measured: Sequence[FramesToScore], batch: int) -> tuple[float | None, str]:
@@ -262,8 +283,19 @@ def frames_at_batch(measured: Sequence[FramesToScore], batch: int) -> tuple[floa
     At a measured batch: that measurement. Between two measured batches that both reached it:
     interpolated linearly in log(frames) against log(batch). Below the smallest measured batch:
     taken equal to it (assumed: smaller batches are not expected to need more frames). Above
-    the largest, or next to a batch that did not reach the score: None.
+    the largest, or next to a batch that did not reach the score: the modelled entry for `batch`
+    where `measured` holds one (its source says MODELLED), else None.
     """
+    frames, how = _measured_frames_at_batch([m for m in measured if not m.modelled], batch)
+    if frames is not None:
+        return frames, how
+    model = [m for m in measured if m.modelled and m.global_batch == batch and m.frames]
+    if not model:
+        return None, how
+    return model[0].frames, f"MODELLED from the {model[0].source}"
+
+
+def _measured_frames_at_batch(measured: Sequence[FramesToScore], batch: int) -> tuple[float | None, str]:
     pts = sorted(measured, key=lambda m: m.global_batch)
     if not pts:
         return None, "no batch measured"

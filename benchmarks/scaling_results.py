@@ -249,7 +249,8 @@ def frames_from_batch_scaling(d: dict[str, Any]) -> list[sm.FramesToScore]:
     """Per global batch in a batch_scaling.json: the fewest frames to the target over the points that
     reached it; None where every finished point failed (frame cap, abandoned); unfinished points
     (partial) are not a measurement and are left out unless their periodic evaluation reached the
-    target. A point's frames are its evaluation's where it has one at the target (the policy at that
+    target. Then the noise-scale model's frames per batch (its projection term; `modelled`), where the
+    JSON has one. A point's frames are its evaluation's where it has one at the target (the policy at that
     frame), else its training return's (which lags by a game on every emulator); the source says which."""
     def frames(p: dict[str, Any]) -> tuple[float, str] | None:
         if p.get("frames_to_target_eval"):
@@ -268,4 +269,11 @@ def frames_from_batch_scaling(d: dict[str, Any]) -> list[sm.FramesToScore]:
         best = min(reached) if reached else None
         out.append(sm.FramesToScore(batch, best[0] if best else None,
                                     best[1] if best else ", ".join(f"{p['point']}: {p['state']}" for p in pts)))
+    model = d.get("noise_model") or {}
+    term = model.get("terms", {}).get(model.get("projection_term", ""))
+    if term:  # used only where no measurement answers (scaling_model.frames_at_batch); contradicted batches left out
+        for batch, frames in term["frames"].items():
+            if batch not in term.get("contradicted", {}):
+                out.append(sm.FramesToScore(int(batch), float(frames), f"noise scale along {model['source_point']}, "
+                                            f"{model['projection_term']}", modelled=True))
     return out

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import signal
 import subprocess
@@ -134,3 +135,39 @@ def test_noise_windows_pool_means_before_the_ratio():
     rollback = [{"event": "rollback", "updates": "20", "snapshot_update": "10"}, {"event": "warn", "updates": "3"}]
     [only_first, _] = noise_windows(rows, rollback)
     assert only_first["measurements"] == 3 and only_first["frames_to"] == 500000
+
+
+def _result(point: str, batch: int, reached: int | None, total: int, noise=None, eval_reached=None):
+    from benchmarks.batch_scaling import PointResult
+    return PointResult(point, batch, "sqrt", "reached" if reached or eval_reached else "partial", reached, total,
+                       None, None, None, "", frames_to_target_eval=eval_reached, noise_scale=noise)
+
+
+def test_noise_model_predicts_checks_and_flags_contradictions():
+    from benchmarks.batch_scaling import noise_model
+    from benchmarks.scaling_model import frames_from_noise_scale
+
+    windows = [{"frames_from": 0, "frames_to": 1_000_000, "b_simple": 10.0, "b_simple_policy": 1000.0},
+               {"frames_from": 1_000_000, "frames_to": 2_000_000, "b_simple": float("nan"), "b_simple_policy": 2000.0},
+               {"frames_from": 2_000_000, "frames_to": 9_000_000, "b_simple": 500.0, "b_simple_policy": 4000.0}]
+    results = [_result("gb64-sqrt", 64, 5_000_000, 5_000_000),
+               _result("gb256-sqrt", 256, 9_500_000, 9_500_000, windows, eval_reached=8_000_000),
+               _result("gb2048-none", 2048, None, 60_000_000)]
+    model = noise_model(results)
+    assert model["modelled"] and model["source_point"] == "gb256-sqrt"
+    assert model["source_frames"] == 8_000_000 and model["source_criterion"] == "evaluation"
+    whole = model["terms"]["whole loss"]
+    # the unresolved (nan) window counts with the one before it; the source's frames end at its target
+    expected = frames_from_noise_scale([(2e6, 10.0), (6e6, 500.0)], 256, 2048)
+    assert whole["frames"]["2048"] == pytest.approx(expected)
+    assert whole["frames"]["256"] == pytest.approx(8e6)
+    [check] = whole["checks"]
+    assert check["point"] == "gb64-sqrt" and check["measured"] == 5_000_000
+    assert check["modelled_over_measured"] == pytest.approx(whole["frames"]["64"] / 5e6)
+    # gb2048-none ran 60 M frames without reaching the target: a contradiction wherever the model says fewer
+    policy = model["terms"]["policy term"]
+    assert (policy["frames"]["2048"] < 60e6) == ("2048" in policy["contradicted"])
+    assert (whole["frames"]["2048"] < 60e6) == ("2048" in whole["contradicted"])
+    err = {t: abs(math.log(v["checks"][0]["modelled_over_measured"])) for t, v in model["terms"].items()}
+    assert model["projection_term"] == min(err, key=err.get)
+    assert noise_model([_result("gb64-sqrt", 64, 5_000_000, 5_000_000)]) is None  # no noise measured

@@ -158,3 +158,44 @@ def test_frames_from_batch_scaling_prefers_the_evaluation_and_keeps_partial_poin
     d["points"][2]["frames_to_target_eval"] = None
     got = {f.global_batch: f for f in frames_from_batch_scaling(d)}
     assert got[2048].frames == 14e6 and got[2048].source == "gb2048-paper (evaluation)"
+
+
+def test_frames_from_noise_scale_by_hand():
+    # one window whose noise scale equals the measured batch: frames(B) = F (1 + B / b) / 2
+    assert sm.frames_from_noise_scale([(8e6, 256.0)], 256, 256) == pytest.approx(8e6)
+    assert sm.frames_from_noise_scale([(8e6, 256.0)], 256, 2048) == pytest.approx(8e6 * 9 / 2)
+    # two windows, each scaled by its own ratio
+    two = [(2e6, 10.0), (6e6, 10_000.0)]
+    expected = 2e6 * (1 + 64 / 10) / (1 + 256 / 10) + 6e6 * (1 + 64 / 1e4) / (1 + 256 / 1e4)
+    assert sm.frames_from_noise_scale(two, 256, 64) == pytest.approx(expected)
+    # far below the noise scale, frames do not depend on the batch; far above it, they grow with it
+    assert sm.frames_from_noise_scale([(1e6, 1e12)], 64, 4096) == pytest.approx(1e6)
+    assert sm.frames_from_noise_scale([(1e6, 1e-6)], 64, 4096) == pytest.approx(64e6, rel=1e-6)
+    for bad in ([(1e6, 0.0)], [(-1.0, 10.0)], [(1e6, float("nan"))]):
+        with pytest.raises(ValueError):
+            sm.frames_from_noise_scale(bad, 64, 128)
+
+
+def test_frames_at_batch_uses_the_model_only_where_no_measurement_answers():
+    m = [sm.FramesToScore(64, 10e6), sm.FramesToScore(256, 20e6), sm.FramesToScore(2048, None, "gb2048-x: partial"),
+         sm.FramesToScore(64, 99e6, "noise scale along gb256-sqrt, whole loss", modelled=True),
+         sm.FramesToScore(1024, 40e6, "noise scale along gb256-sqrt, whole loss", modelled=True),
+         sm.FramesToScore(2048, 70e6, "noise scale along gb256-sqrt, whole loss", modelled=True)]
+    assert sm.frames_at_batch(m, 64) == (10e6, "measured")  # a measurement wins over the model
+    assert sm.frames_at_batch(m, 1024) == (40e6, "MODELLED from the noise scale along gb256-sqrt, whole loss")
+    assert sm.frames_at_batch(m, 2048)[0] == 70e6  # not reached so far: the model's frames
+    assert sm.frames_at_batch(m, 512)[0] is None  # neither measured nor modelled there
+    assert sm.frames_at_batch(m, 128)[1].startswith("interpolated")  # the model is not interpolated with
+
+
+def test_frames_from_batch_scaling_adds_the_models_uncontradicted_batches():
+    from benchmarks.scaling_results import frames_from_batch_scaling
+    d = {"points": [{"point": "gb256-sqrt", "global_batch": 256, "state": "reached", "frames_to_target": 19e6}],
+         "noise_model": {"source_point": "gb256-sqrt", "projection_term": "whole loss", "terms": {
+             "whole loss": {"frames": {"1024": 41e6, "2048": 70e6}, "contradicted": {"2048": ["gb2048-kl"]}},
+             "policy term": {"frames": {"1024": 22e6, "2048": 26e6}, "contradicted": {}}}}}
+    got = frames_from_batch_scaling(d)
+    modelled = [f for f in got if f.modelled]
+    assert [(f.global_batch, f.frames) for f in modelled] == [(1024, 41e6)]
+    assert modelled[0].source == "noise scale along gb256-sqrt, whole loss"
+    assert [f.global_batch for f in got if not f.modelled] == [256]
