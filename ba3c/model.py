@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+import numpy as np
 
 
 def build_model(kind: str, obs_shape: tuple[int, ...], num_actions: int, seed: int):  # -> keras.Model
@@ -56,3 +59,33 @@ def resolve_model_kind(kind: str, obs_shape: tuple[int, ...]) -> str:
         raise ConfigError(f"--model {kind} needs image observations (frames, height, width), but this environment "
                           f"gives shape {obs_shape}; use --model mlp (or auto)")
     return kind
+
+
+PROBE_OBS = 256  # observations the feature-health probe keeps (the first train batch's first ones)
+
+
+@dataclass(frozen=True)
+class FeatureHealth:
+    """How much the representation the heads read still depends on the observation. A network whose ReLU
+    units have died, or whose features no longer vary, plays one policy everywhere (README: dead units)."""
+    units_active: float  # fraction of the heads' input units above 0 for at least one probe observation
+    feature_std: float   # those units' std across the probe observations, mean over units
+    logit_std: float     # the policy logits' std across the probe observations, mean over actions
+    value_std: float     # the value's std across the probe observations
+
+
+class HealthProbe:
+    """Feature health of `model` on a fixed set of observations, measured whenever called (the current weights)."""
+
+    def __init__(self, model, obs: np.ndarray) -> None:
+        import keras
+
+        if len(obs) < 2:
+            raise ValueError(f"the feature-health probe needs at least 2 observations, got {len(obs)}")
+        self.obs = np.array(obs)  # a copy: batches are reused buffers
+        self._net = keras.Model(model.inputs, [model.get_layer("logits").input, *model.outputs])
+
+    def __call__(self) -> FeatureHealth:
+        feat, logits, value = (np.asarray(t, np.float64) for t in self._net([self.obs], training=False))
+        return FeatureHealth(float((feat > 0).any(axis=0).mean()), float(feat.std(axis=0).mean()),
+                             float(logits.std(axis=0).mean()), float(value.std()))

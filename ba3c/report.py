@@ -11,7 +11,8 @@ import math
 import os
 import sys
 import time
-from typing import Any
+from dataclasses import asdict
+from typing import Any, Callable
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from ba3c.config import Config, save_json
 from ba3c.evaluation import protocol_line
 from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, HEALTHY, SUSPECT, IntervalStats, Plan
 from ba3c.learner import StepStats, noise_scale
+from ba3c.model import FeatureHealth
 from ba3c.rundir import EVAL_PROTOCOL_FILE, RunWriter, now_iso, plot_curve
 from ba3c.signals import EXIT_SIGNALLED
 from ba3c.state import RunState
@@ -70,7 +72,8 @@ class Reporter:
         self._noise.append(stats)
 
     def sync(self, state: RunState, episodes: list[tuple[float, int]], stage_s: dict[str, float], stats: StepStats,
-             interval: IntervalStats, verdict: str, lr: float, now: float, force: bool) -> None:
+             interval: IntervalStats, verdict: str, lr: float, now: float, force: bool,
+             health: Callable[[], FeatureHealth] | None = None) -> None:
         """One sync point: remember the episodes and the interval's statistics; once per --log-interval-s (and
         whenever `force`) the progress line, a CSV row and TensorBoard scalars."""
         self.recent.extend(episodes)
@@ -116,6 +119,10 @@ class Reporter:
             scalars.update({"noise/b_simple": b_simple, "noise/grad_sq_true": g2, "noise/trace_sigma": trace,
                             "noise/b_simple_policy": pg_simple, "noise/policy_grad_sq_true": pg2,
                             "noise/policy_trace_sigma": pg_trace})
+        if health is not None:  # measured only for a row: a forward pass of the probe
+            h = asdict(health())
+            row.update(h)
+            scalars.update({f"health/{k}": v for k, v in h.items()})
         scalars["guard/rollbacks"] = state.rollbacks
         self.writer.log(row, scalars, state.frames)
         self._last_t, self._last_updates, self._last_frames = now, state.updates, state.frames

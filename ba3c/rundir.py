@@ -44,7 +44,11 @@ PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_m
                    # batch's (noise_b_big), for the whole loss and for the policy-gradient term alone (pg_*,
                    # noise_scale_policy), and how many updates measured them (ba3c.learner.noise_scale)
                    "noise_scale", "noise_scale_policy", "grad_sq_small", "grad_sq_big", "pg_sq_small", "pg_sq_big",
-                   "noise_b_small", "noise_b_big", "noise_n"]
+                   "noise_b_small", "noise_b_big", "noise_n",
+                   # rank 0's feature health at the row (ba3c.model.HealthProbe, on the first train batch's first
+                   # observations): fraction of the heads' input units ever active, their and the heads' spread
+                   # across those observations (all near 0: one output for every observation)
+                   "units_active", "feature_std", "logit_std", "value_std"]
 # events.csv: one row per collapse-guard action (rollback, give_up, warn), with what it saw and its references
 EVENT_FIELDS = ["time_s", "frames", "updates", "event", "reason", "entropy", "entropy_ref", "grad_norm_max", "grad_ref",
                 "episode_length", "episode_length_ref", "snapshot_update", "lr_scale", "rollbacks"]

@@ -24,7 +24,7 @@ from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
 from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, Guard, IntervalRecorder, Plan
 from ba3c.learner import Learner, StepStats
-from ba3c.model import build_model, resolve_model_kind
+from ba3c.model import PROBE_OBS, HealthProbe, build_model, resolve_model_kind
 from ba3c.predictor import Predictor
 from ba3c.report import Reporter
 from ba3c.rundir import base_meta, now_iso
@@ -84,6 +84,7 @@ class Trainer:
         self.report = self._open_report(resume, changes) if dist.is_root else None
         self._build_workers()
         self.stats: StepStats | None = None  # the last update's
+        self.probe: HealthProbe | None = None  # rank 0's feature-health probe, from its first train batch
         self.unsampled_steps = 0  # this rank's, since the last sync point (TrainBatch.unsampled_steps)
         self.last_checkpoint_t = 0.0
         k = cfg.run.keep_every_frames  # the next multiple of it past which a kept checkpoint is due
@@ -196,6 +197,8 @@ class Trainer:
         return self.state.updates == self.total_updates
 
     def _train(self, batch: TrainBatch) -> None:
+        if self.report is not None and self.probe is None:  # rank 0 keeps the first observations it trains on
+            self.probe = HealthProbe(self.model, batch.obs[:PROBE_OBS])
         self.stats = self.learner.train(batch)
         self.state.lr_adapt = self.learner.lr_adapt
         self.interval.add(self.stats.entropy, self.stats.grad_norm)
@@ -276,7 +279,8 @@ class Trainer:
         self.report.guard(plan, self.state, self.state.elapsed(now))
         self.report.sync(self.state, episodes, {**gathered[0].sim_s, **gathered[0].learn_s}, self.stats, plan.stats,
                          plan.verdict.state, self.learner.current_lr(), now,
-                         force=stop or self._last_update() or plan.action not in ("none", "snapshot"))
+                         force=stop or self._last_update() or plan.action not in ("none", "snapshot"),
+                         health=self.probe)
         if self.evaluator is not None and self.state.frames >= self.next_eval:
             self.evaluator.submit([np.array(w) for w in self.model.get_weights()], self.state.frames,
                                   self.state.updates, self.state.elapsed(now))
