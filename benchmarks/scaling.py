@@ -211,7 +211,12 @@ def plot_time_to_score(ax, a: Analysis) -> None:
     for exchange, style in (("sync", "o-"), ("overlap", "^--")):
         pts = [p for p in tts.get("by_exchange", {}).get(exchange, []) if p["minutes"] is not None]
         if pts:
-            ax.plot([p["nodes"] for p in pts], [p["minutes"] for p in pts], style, label=f"PROJECTED, {exchange} exchange")
+            line = ax.plot([p["nodes"] for p in pts], [p["minutes"] for p in pts], style,
+                           label=f"PROJECTED, {exchange} exchange")[0]
+            guessed = [p for p in pts if p["frames_source"].startswith("MODELLED")]
+            if guessed:  # frames from the noise-scale model, not from a measured batch: hollow
+                ax.plot([p["nodes"] for p in guessed], [p["minutes"] for p in guessed], style[0], ms=9, mfc="white",
+                        color=line.get_color(), label=f"{exchange}: frames to 18 MODELLED from the noise scale")
     sync = [p for p in tts.get("by_exchange", {}).get("sync", []) if p["ideal_minutes"] is not None]
     if sync:
         ax.plot([p["nodes"] for p in sync], [p["ideal_minutes"] for p in sync], "k:", label="ideal linear (from 1 node)")
