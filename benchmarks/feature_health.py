@@ -78,11 +78,10 @@ def measure(paths: list[str], n_obs: int, envs: int, seed: int) -> dict[str, Any
              **asdict(HealthProbe(init, obs)())}]
     for path in paths:
         c = ckpt.read_verified(path)
-        other, _ = checkpoint_config(c)
+        model, other, _ = model_from_checkpoint(c)
         if other != spec:
             raise SystemExit(f"feature_health: {path} plays {other.name}, the first checkpoint {spec.name}: "
                              f"measure one game at a time")
-        model, _, _ = model_from_checkpoint(c)
         h = HealthProbe(model, obs)()
         rows.append({"network": os.path.relpath(path, harness.ROOT), "updates": int(c.meta.get("updates", 0)),
                      "frames": int(c.meta.get("frames", 0)), **asdict(h)})
