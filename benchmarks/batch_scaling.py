@@ -332,31 +332,9 @@ def state_dir(args: argparse.Namespace, p: Point) -> str:
     return os.path.join(args.out, "batch_scaling-state", f"{args.env.lower()}-{p.name}")
 
 
-STATE_FILES = ("config.json", "meta.json", "progress.csv", "eval.csv", "events.csv")
-
-
-def save_state(run: str, state: str) -> None:
-    """The run's newest checkpoint and its records, kept beside the results (git-ignored): a copy on
-    another machine resumes from them. Replaced atomically enough: written beside, then renamed over."""
-    ckpts = sorted(f for f in os.listdir(os.path.join(run, "checkpoints")) if f.endswith(".npz"))
-    if not ckpts:
-        return
-    tmp = state + ".new"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.join(tmp, "checkpoints"))
-    for name in STATE_FILES:
-        if os.path.exists(os.path.join(run, name)):
-            shutil.copy(os.path.join(run, name), os.path.join(tmp, name))
-    for name in (ckpts[-1], ckpts[-1][:-len(".npz")] + ".sha256"):  # ba3c.checkpoint's pair of files
-        shutil.copy(os.path.join(run, "checkpoints", name), os.path.join(tmp, "checkpoints", name))
-    shutil.rmtree(state, ignore_errors=True)
-    os.rename(tmp, state)
-
-
 def run_point(args: argparse.Namespace, p: Point) -> None:
     d = run_dir(args, p)
-    if not os.path.exists(os.path.join(d, "config.json")) and os.path.exists(state_dir(args, p)):
-        shutil.copytree(state_dir(args, p), d)  # a new machine: continue from the state kept with the results
+    if harness.restore_state(state_dir(args, p), d):  # a new machine: continue from the state kept with the results
         print(f"batch_scaling: {p.name}: continuing from {state_dir(args, p)}", flush=True)
     resume = os.path.exists(os.path.join(d, "config.json"))
     argv = ["--env", args.env, "--criterion", "train20", "--target", str(args.target), "--total-frames",
@@ -370,8 +348,7 @@ def run_point(args: argparse.Namespace, p: Point) -> None:
     for name in KEPT_CSVS:
         if os.path.exists(os.path.join(d, name)):
             shutil.copy(os.path.join(d, name), result_copy(args, p, name))
-    if os.path.isdir(os.path.join(d, "checkpoints")):
-        save_state(d, state_dir(args, p))
+    harness.save_state(d, state_dir(args, p))
 
 
 def plot(results: list[PointResult], args: argparse.Namespace, points: list[Point], path: str) -> None:

@@ -7,6 +7,9 @@
 * `launch(job, stop)`: a trainer (or `mpirun` of trainers) as a child process in its own process
   group: launch, poll its progress, send the stop signal when `stop(rows)` says so, stop the
   whole group if it hangs, is interrupted or outstays its time, and collect what it wrote.
+* `save_state(run, state)` / `restore_state(state, run)`: a run's newest checkpoint and its records
+  kept outside the run directory (beside the results), so that another machine or a later session
+  with a fresh checkout continues the run from them.
 * `pyplot()`: matplotlib with the file-only backend.
 
 No TensorFlow here: importing the harness is cheap.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import csv
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -293,6 +297,43 @@ def exit_on_sigterm() -> None:
 
 
 # ---------------------------------------------------------------- plots
+
+STATE_FILES = ("config.json", "meta.json", "progress.csv", "eval.csv", "events.csv")
+
+
+def save_state(run: str, state: str) -> bool:
+    """Copy the run's newest checkpoint (ba3c.checkpoint's .npz + .sha256 pair) and its records to
+    `state`: written beside it, then renamed over it, so a crash leaves the old state or the new one.
+    False (and nothing changed) where the run has no checkpoint yet."""
+    ckpt_dir = os.path.join(run, "checkpoints")
+    ckpts = sorted(f for f in os.listdir(ckpt_dir) if f.endswith(".npz")) if os.path.isdir(ckpt_dir) else []
+    if not ckpts:
+        return False
+    tmp = state.rstrip("/") + ".new"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, "checkpoints"))
+    for name in STATE_FILES:
+        if os.path.exists(os.path.join(run, name)):
+            shutil.copy(os.path.join(run, name), os.path.join(tmp, name))
+    for name in (ckpts[-1], ckpts[-1][:-len(".npz")] + ".sha256"):
+        shutil.copy(os.path.join(ckpt_dir, name), os.path.join(tmp, "checkpoints", name))
+    old = state.rstrip("/") + ".old"
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(state):
+        os.rename(state, old)
+    os.rename(tmp, state)
+    shutil.rmtree(old, ignore_errors=True)
+    return True
+
+
+def restore_state(state: str, run: str) -> bool:
+    """Where `run` has no run yet (no config.json) and `state` holds one, copy it there: True when the
+    run should be resumed from it."""
+    if os.path.exists(os.path.join(run, "config.json")) or not os.path.exists(os.path.join(state, "config.json")):
+        return False
+    shutil.copytree(state, run, dirs_exist_ok=True)
+    return True
+
 
 def pyplot():
     """matplotlib.pyplot with the Agg backend (files only, no display)."""

@@ -2,6 +2,10 @@
 
     python -m benchmarks.time_to_score --env pong --target 18 [--max-hours 3] [-- extra ba3c.train flags]
     python -m benchmarks.time_to_score --env breakout --resume --run-dir runs/X   # continue a stopped run
+    python -m benchmarks.time_to_score --env breakout --run-dir runs/X --state-dir benchmarks/results/state/X
+        # the same command continues the run in a later session or on another machine: at the end of
+        # every invocation the run's newest checkpoint and CSVs are copied to --state-dir (commit it),
+        # and where --run-dir holds no run yet it starts from them
 
 Runs `python -m ba3c.train` as a child process and follows its CSVs. `--criterion eval`
 (default): the trainer evaluates its policy every `--eval-every-frames` (by default with the
@@ -89,13 +93,21 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
     p.add_argument("--eval-every-frames", type=int, default=500_000)
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its checkpoint")
+    p.add_argument("--state-dir", default="",
+                   help="keep the run's newest checkpoint and CSVs here at the end of each invocation (about 20 MB "
+                        "for the Nature CNN with Adam's state) and continue from them where --run-dir has no run: "
+                        "the same command then resumes in a fresh checkout")
     p.add_argument("--tag", default="", help="output name suffix, e.g. 'paper' -> time_to_score-pong-paper.json")
     args, extra = p.parse_known_args(argv)
     target = args.target if args.target is not None else PAPER_TARGETS.get(args.env.lower())
     if target is None:
         p.error(f"--target is required for {args.env} (paper thresholds exist for {', '.join(PAPER_TARGETS)})")
-    if args.resume and not (args.run_dir and os.path.exists(os.path.join(args.run_dir, "config.json"))):
-        p.error("--resume needs --run-dir pointing at an existing run directory (one with config.json)")
+    if args.state_dir and not args.run_dir:
+        p.error("--state-dir needs --run-dir (where the kept state is continued)")
+    has_run = any(os.path.exists(os.path.join(d, "config.json")) for d in (args.run_dir, args.state_dir) if d)
+    if args.resume and not has_run:
+        p.error("--resume needs --run-dir pointing at an existing run directory (one with config.json)"
+                + (f" or --state-dir holding a kept state ({args.state_dir} has none)" if args.state_dir else ""))
     return args, [a for a in extra if a != "--"], target
 
 
@@ -154,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     args, extra, target = parse(argv)
     harness.exit_on_sigterm()
     run_dir = os.path.abspath(args.run_dir or os.path.join("runs", f"tts-{args.env.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"))
+    if args.state_dir:
+        if harness.restore_state(args.state_dir, run_dir):
+            print(f"time_to_score: continuing from the state kept in {args.state_dir}", flush=True)
+        args.resume = args.resume or os.path.exists(os.path.join(run_dir, "config.json"))
     cmd = trainer_command(args, run_dir, extra)
     crit = CRITERIA[args.criterion]
     print("time_to_score:", " ".join(cmd), flush=True)
@@ -173,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         print("time_to_score: stopped; the trainer checkpointed; recording what it reached", flush=True)
     result = summarize(args, target, run_dir, cmd, time.time() - t0)
     write(result, args.out_dir, args.tag)
+    if args.state_dir and harness.save_state(run_dir, args.state_dir):
+        print(f"time_to_score: newest checkpoint and CSVs kept in {args.state_dir} (the same command continues "
+              f"from there in a fresh checkout)", flush=True)
     print(json.dumps(asdict(result), indent=2))
     return 0
 

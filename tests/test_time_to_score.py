@@ -12,7 +12,7 @@ def test_time_to_score_cartpole(tmp_path):
     p = subprocess.run([sys.executable, "-m", "benchmarks.time_to_score", "--env", "CartPole-v1", "--target", "120",
                         "--total-frames", "400000", "--max-hours", "0.05", "--eval-every-frames", "20000",
                         "--eval-episodes", "4", "--run-dir", str(tmp_path / "run"), "--out-dir", str(tmp_path / "out"),
-                        "--", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40", "--lr", "1e-3",
+                        "--state-dir", str(tmp_path / "state"), "--", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40", "--lr", "1e-3",
                         "--lr-scaling", "none"],
                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -25,6 +25,11 @@ def test_time_to_score_cartpole(tmp_path):
     assert res["core_hours_basis"].startswith("measured")
     assert 0 < res["core_hours_to_target"] <= res["core_hours_total"]
 
+    # the state kept for a fresh checkout: the newest checkpoint pair and the CSVs
+    state = tmp_path / "state"
+    assert len(list((state / "checkpoints").glob("ckpt-*.npz"))) == 1
+    assert (state / "config.json").exists() and (state / "progress.csv").exists() and (state / "eval.csv").exists()
+
     # --resume continues the same run (frames and CPU seconds carry on), --tag names the output
     p = subprocess.run([sys.executable, "-m", "benchmarks.time_to_score", "--env", "CartPole-v1", "--target", "1e9",
                         "--total-frames", "400000", "--max-hours", "0.006", "--eval-every-frames", "20000",
@@ -36,3 +41,26 @@ def test_time_to_score_cartpole(tmp_path):
     assert more["resumed"] and not more["reached"]
     assert more["frames_total"] > res["frames_total"] and more["core_hours_total"] > res["core_hours_total"]
     assert more["core_hours_basis"].startswith("measured")
+
+    # a fresh checkout (no run directory, another path): the same command continues from --state-dir
+    p = subprocess.run([sys.executable, "-m", "benchmarks.time_to_score", "--env", "CartPole-v1", "--target", "1e9",
+                        "--total-frames", "400000", "--max-hours", "0.006", "--eval-every-frames", "20000",
+                        "--eval-episodes", "2", "--run-dir", str(tmp_path / "elsewhere"), "--state-dir", str(state),
+                        "--out-dir", str(tmp_path / "out"), "--tag", "fresh"],
+                       cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "continuing from the state kept in" in p.stdout
+    fresh = json.loads((tmp_path / "out" / "time_to_score-cartpole-v1-fresh.json").read_text())
+    assert fresh["resumed"] and fresh["frames_total"] > res["frames_total"]
+    assert fresh["updates_total"] > res["updates_total"]
+    # the state now holds the newer checkpoint, still one
+    [ckpt] = (state / "checkpoints").glob("ckpt-*.npz")
+    assert ckpt.name in {c.name for c in (tmp_path / "elsewhere" / "checkpoints").glob("ckpt-*.npz")}
+
+
+def test_resume_needs_a_run_or_a_kept_state(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "benchmarks.time_to_score", "--env", "CartPole-v1", "--target", "1",
+                        "--resume", "--run-dir", str(tmp_path / "none"), "--state-dir", str(tmp_path / "nostate")],
+                       cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--state-dir holding a kept state" in p.stderr
+    assert not (tmp_path / "none").exists()
