@@ -1,4 +1,4 @@
-"""Put our evaluation scores next to the BA3C paper's, Gorila's, and the human and random baselines.
+"""Put our evaluation scores next to the BA3C paper's, Gorila's, A2C's and PPO's at 40 M frames, and the human and random baselines.
 
     python -m benchmarks.compare [PATH ...] [--published benchmarks/published_scores.csv] [--out benchmarks/results]
 
@@ -26,8 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PUBLISHED = REPO / "benchmarks" / "published_scores.csv"
 DEFAULT_PATHS = (REPO / "benchmarks" / "results", REPO / "runs")
 EVAL_SCHEMA = "ba3c-eval/1"  # ba3c.evaluate.SCHEMA (not imported: this script needs no TensorFlow or ba3c on the path)
-SOURCES = ("ba3c_paper", "gorila", "human", "random")
-SOURCE_TITLES = {"ba3c_paper": "BA3C paper", "gorila": "Gorila", "human": "Human", "random": "Random"}
+SOURCES = ("ba3c_paper", "gorila", "a2c_zoo", "ppo_cleanrl", "human", "random")
+SOURCE_TITLES = {"ba3c_paper": "BA3C paper", "gorila": "Gorila", "a2c_zoo": "A2C, 40M frames (SB3 zoo)",
+                 "ppo_cleanrl": "PPO, 40M frames (CleanRL)", "human": "Human", "random": "Random"}
 STANDARD_MAX_EPISODE_FRAMES = 108_000  # ba3c.evaluate's default: 30 minutes of play
 MAX_JSON_BYTES = 5_000_000  # evaluation files are small; skip anything big found while walking runs/
 
@@ -187,6 +188,12 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
     if "gorila" in shown:
         lines.append("* Gorila's numbers are from its human-starts evaluation (episodes start from states "
                      "sampled from human play), a harder protocol than our no-op starts.")
+    if {"a2c_zoo", "ppo_cleanrl"} & shown:
+        lines.append("* A2C and PPO are other algorithms at a comparable budget (10 M agent steps = 40 M frames; ours "
+                     "states its frames in its row): the zoo's number is one trained agent evaluated with its "
+                     "stochastic policy, CleanRL's the mean training return of 3 seeds at the end of training "
+                     "(lost lives end its training episodes, the return counts full games), neither with the "
+                     "paper's greedy protocol.")
     lines.append("* Core-hours: measured CPU seconds of all ranks where the checkpoint has them from the start of "
                  "the run, otherwise training wall time x cores of the run (`cores_basis` in each JSON says which).")
     lines += ["", "Evaluation files:", ""]
@@ -199,8 +206,8 @@ def plot(rows: list[Row], path: str | Path) -> None:
     cols = min(3, len(rows))
     nrows = (len(rows) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
-    colors = {"ours": "tab:blue", "ba3c_paper": "tab:orange", "gorila": "tab:green", "human": "tab:gray",
-              "random": "lightgray"}
+    colors = {"ours": "tab:blue", "ba3c_paper": "tab:orange", "gorila": "tab:green", "a2c_zoo": "tab:purple",
+              "ppo_cleanrl": "tab:brown", "human": "tab:gray", "random": "lightgray"}
     for ax, r in zip(axes.flat, rows):
         names, values, cs = ["ours"], [r.mean], [colors["ours"]]
         for s in SOURCES:

@@ -183,6 +183,10 @@ def test_published_scores_file():
                      "space_invaders": 650}
     assert pub["pong"]["gorila"].score == 16.7 and pub["breakout"]["gorila"].score == 313.0
     assert pub["pong"]["human"].score == 9.3 and pub["pong"]["random"].score == -20.7
+    # A2C and PPO at 40 M frames for the paper's games (the zoo has no Boxing)
+    assert {g for g, s in pub.items() if "a2c_zoo" in s} == set(paper) - {"boxing"}
+    assert {g for g, s in pub.items() if "ppo_cleanrl" in s} == set(paper)
+    assert pub["breakout"]["a2c_zoo"].score == 279.8 and pub["breakout"]["ppo_cleanrl"].score == 430.1
     from ale_py import roms
 
     assert set(pub) <= set(roms.get_all_rom_ids()), "game names must be ALE ROM ids, as in our eval JSONs"
@@ -216,7 +220,8 @@ def test_table_from_synthetic_evals(tmp_path):
                                                   ("pong", "greedy")]
     cart, breakout, pong = rows
     assert pong.mean == 18.0 and pong.frames == 2_000_000 and pong.path.endswith("pong-b/eval-greedy.json")
-    assert pong.published == {"ba3c_paper": 20.0, "gorila": 16.7, "human": 9.3, "random": -20.7}
+    assert pong.published == {"ba3c_paper": 20.0, "gorila": 16.7, "a2c_zoo": 17.3, "ppo_cleanrl": 20.4, "human": 9.3,
+                              "random": -20.7}
     assert breakout.published["ba3c_paper"] == 350.0 and breakout.published["gorila"] == 313.0
     assert cart.published == {}
     assert cmp.human_normalized(9.3, 9.3, -20.7) == pytest.approx(100.0)
@@ -227,7 +232,7 @@ def test_table_from_synthetic_evals(tmp_path):
     pong_line = next(line for line in md.splitlines() if line.startswith("| Pong |"))
     cells = [c.strip() for c in pong_line.strip("|").split("|")]
     assert cells[:5] == ["Pong", "18.0 ± 1.5", "greedy", "50", "2.0M"]
-    assert cells[7:11] == ["20.0", "16.7", "9.3", "-20.7"]
+    assert cells[7:13] == ["20.0", "16.7", "17.3", "20.4", "9.3", "-20.7"]
     assert "| Breakout | 120.0 ± 1.5 | egreedy 0.05, FIRE after a lost life |" in md
     assert "arXiv:1507.04296" in md and "arXiv:1801.02852" in md and "Nature" in md
     assert (out / "scores.png").stat().st_size > 5000
