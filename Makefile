@@ -9,7 +9,7 @@ export OMPI_MCA_mpi_yield_when_idle ?= 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install train test test-fast throughput-benchmark scaling-benchmark shaped-links time-to-score batch-scaling clean-venv
+.PHONY: install train test test-fast throughput-benchmark scaling-benchmark shaped-links time-to-score batch-scaling paper-games clean-venv
 
 install: $(STAMP)
 
@@ -44,6 +44,10 @@ time-to-score: $(STAMP)
 
 batch-scaling: $(STAMP)
 	$(PY) -m benchmarks.batch_scaling $(ARGS)
+
+# the paper's games one after another, each resumed from benchmarks/results/state/GAME/
+paper-games: $(STAMP)
+	$(PY) -m benchmarks.paper_games $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

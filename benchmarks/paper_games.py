@@ -1,0 +1,176 @@
+"""The paper's games, one long run after another, continued across sessions and machines.
+
+    python -m benchmarks.paper_games --max-hours 2.5      # continue the first unfinished game
+    python -m benchmarks.paper_games --status             # where each game stands
+
+Each game is a `benchmarks.time_to_score` run with the default config on one rank, judged by the
+trainer's periodic evaluation (the paper's protocol: argmax, anti-stuck rule, 40,000-step cap) and
+run until that reaches the game's target or its frames reach the game's cap. The run's newest
+checkpoint and CSVs are kept in `benchmarks/results/state/GAME/` at the end of every invocation
+(about 20 MB; commit it): in a fresh checkout the same command continues from there. A game that is
+done is evaluated once with the paper's protocol, 50 episodes
+(`benchmarks/results/eval-GAME-paper.json`), and `benchmarks/results/SCORES.md` is rebuilt; then the
+next game starts. Order and targets follow the issue that asked for them: Breakout first (the
+paper's score, 350; the paper's early-stop threshold 300 is read from its eval.csv), then Boxing,
+Space Invaders, Seaquest and Beam Rider for at least 20 M frames each.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from benchmarks import compare, harness, time_to_score
+
+TAG = "games"  # time_to_score-GAME-games.json: these runs, apart from earlier single runs of a game
+
+
+@dataclass(frozen=True)
+class Game:
+    name: str
+    target: float    # periodic evaluation mean (paper protocol) that ends the run
+    frame_cap: int   # frames that end it otherwise
+
+
+GAMES = (Game("breakout", 350.0, 40_000_000), Game("boxing", 90.0, 20_000_000),
+         Game("space_invaders", 650.0, 20_000_000), Game("seaquest", 1832.0, 20_000_000),
+         Game("beam_rider", 14900.0, 20_000_000))
+
+
+@dataclass(frozen=True)
+class Standing:
+    game: Game
+    frames: int
+    best_eval: float | None
+    reached: bool
+    evaluated: bool
+
+    @property
+    def trained(self) -> bool:
+        return self.reached or self.frames >= self.game.frame_cap
+
+    @property
+    def done(self) -> bool:
+        return self.trained and self.evaluated
+
+
+def parse_game(text: str) -> Game:
+    """NAME[:TARGET:FRAME_CAP]; a name alone takes the built-in plan's numbers."""
+    parts = text.split(":")
+    known = {g.name: g for g in GAMES}
+    if len(parts) == 1 and parts[0] in known:
+        return known[parts[0]]
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r}: give NAME:TARGET:FRAME_CAP (e.g. pong:20:20000000), or one of "
+                                         f"{', '.join(known)}")
+    try:
+        return Game(parts[0], float(parts[1]), int(float(parts[2])))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: TARGET must be a number and FRAME_CAP an integer") from None
+
+
+def result_path(args: argparse.Namespace, g: Game) -> str:
+    return os.path.join(args.out, f"time_to_score-{g.name.lower()}-{TAG}.json")
+
+
+def eval_path(args: argparse.Namespace, g: Game) -> str:
+    return os.path.join(args.out, f"eval-{g.name.lower()}-paper.json")
+
+
+def state_dir(args: argparse.Namespace, g: Game) -> str:
+    return os.path.join(args.state_root, g.name.lower())
+
+
+def run_dir(args: argparse.Namespace, g: Game) -> str:
+    return os.path.join(args.runs_dir, g.name.lower())
+
+
+def standing(args: argparse.Namespace, g: Game) -> Standing:
+    res: dict = {}
+    if os.path.exists(result_path(args, g)):
+        with open(result_path(args, g)) as fh:
+            res = json.load(fh)
+    return Standing(g, int(res.get("frames_total") or 0), res.get("best_criterion"), bool(res.get("reached")),
+                    os.path.exists(eval_path(args, g)))
+
+
+def train(args: argparse.Namespace, g: Game, hours: float, extra: list[str]) -> None:
+    argv = ["--env", g.name, "--criterion", "eval", "--target", str(g.target), "--total-frames", str(g.frame_cap),
+            "--eval-every-frames", str(args.eval_every_frames), "--eval-episodes", str(args.eval_episodes),
+            "--max-hours", f"{hours:.4f}", "--nice", str(args.nice), "--run-dir", run_dir(args, g),
+            "--state-dir", state_dir(args, g), "--out-dir", args.out, "--tag", TAG]
+    time_to_score.main(argv + (["--", *extra] if extra else []))
+
+
+def evaluate(args: argparse.Namespace, g: Game) -> None:
+    """The paper's protocol, 50 episodes, on the run's newest checkpoint (from the kept state if the run
+    directory is gone)."""
+    source = run_dir(args, g) if os.path.isdir(os.path.join(run_dir(args, g), "checkpoints")) else state_dir(args, g)
+    cmd = ["nice", "-n", str(args.nice), sys.executable, "-m", "ba3c.evaluate", source, "--episodes",
+           str(args.final_episodes), "--policy", "paper", "--json", eval_path(args, g)]
+    print("paper_games:", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, env=harness.child_env())
+    compare.main([args.out, "--out", args.out])
+
+
+def print_status(rows: list[Standing]) -> None:
+    print(f"{'game':<16}{'target':>9}{'frame cap':>12}{'frames':>13}{'best eval':>11}  state")
+    for s in rows:
+        state = ("done" if s.done else "trained, not evaluated" if s.trained
+                 else "partial" if s.frames else "not started")
+        best = "-" if s.best_eval is None else f"{s.best_eval:,.1f}"
+        print(f"{s.game.name:<16}{s.game.target:>9,.0f}{s.game.frame_cap:>12,}{s.frames:>13,}{best:>11}  {state}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--games", type=parse_game, nargs="+", default=list(GAMES),
+                   help="the plan, in order: NAME (built-in numbers) or NAME:TARGET:FRAME_CAP")
+    p.add_argument("--max-hours", type=float, default=2.5, help="this invocation's training budget, all games")
+    p.add_argument("--status", action="store_true", help="print where each game stands and exit")
+    p.add_argument("--nice", type=int, default=10)
+    p.add_argument("--eval-every-frames", type=int, default=1_000_000)
+    p.add_argument("--eval-episodes", type=int, default=10, help="episodes of each periodic evaluation")
+    p.add_argument("--final-episodes", type=int, default=50, help="episodes of the evaluation of a finished game")
+    p.add_argument("--runs-dir", default=os.path.join("runs", "paper_games"))
+    p.add_argument("--state-root", default=os.path.join(harness.RESULTS, "state"))
+    p.add_argument("--out", default=harness.RESULTS)
+    # anything after `--` goes to every trainer (e.g. `-- --num-envs 8`); the trainer rejects what it does not know
+    args, extra = p.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    if args.max_hours <= 0:
+        p.error("--max-hours must be > 0")
+    print_status([standing(args, g) for g in args.games])
+    if args.status:
+        return 0
+    harness.exit_on_sigterm()
+    deadline = time.time() + args.max_hours * 3600
+    try:
+        for g in args.games:
+            s = standing(args, g)
+            if not s.trained:
+                hours = (deadline - time.time()) / 3600
+                if hours <= 0.01:
+                    break
+                print(f"paper_games: {g.name}: training (target {g.target:g}, cap {g.frame_cap:,} frames, "
+                      f"{hours:.2f} h left)", flush=True)
+                train(args, g, hours, extra)
+                s = standing(args, g)
+            if not s.trained:
+                print(f"paper_games: {g.name} is partial at {s.frames:,} frames (state kept in {state_dir(args, g)}); "
+                      f"the same command continues it", flush=True)
+                break
+            if not s.evaluated:
+                evaluate(args, g)
+    except (KeyboardInterrupt, SystemExit):
+        print("paper_games: stopped; each run keeps its state", flush=True)
+    print_status([standing(args, g) for g in args.games])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
