@@ -94,7 +94,9 @@ def standing(args: argparse.Namespace, g: Game) -> Standing:
     if os.path.exists(result_path(args, g)):
         with open(result_path(args, g)) as fh:
             res = json.load(fh)
-    return Standing(g, int(res.get("frames_total") or 0), res.get("best_criterion"), bool(res.get("reached")),
+    best = res.get("best_criterion")
+    # judged against this plan's target, not the one the run was started with
+    return Standing(g, int(res.get("frames_total") or 0), best, best is not None and best >= g.target,
                     os.path.exists(eval_path(args, g)))
 
 
