@@ -12,7 +12,8 @@ done is evaluated once with the paper's protocol, 50 episodes
 (`benchmarks/results/eval-GAME-paper.json`), and `benchmarks/results/SCORES.md` is rebuilt; then the
 next game starts. Order and targets follow the issue that asked for them: Breakout first (the
 paper's score, 350; the paper's early-stop threshold 300 is read from its eval.csv), then Boxing,
-Space Invaders, Seaquest and Beam Rider for at least 20 M frames each.
+Space Invaders, Seaquest and Beam Rider for at least 20 M frames each, then Pong to 20 (the committed
+Pong run scored 19.0 and its checkpoint is not kept).
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ class Game:
 
 GAMES = (Game("breakout", 350.0, 40_000_000), Game("boxing", 90.0, 20_000_000),
          Game("space_invaders", 650.0, 20_000_000), Game("seaquest", 1832.0, 20_000_000),
-         Game("beam_rider", 14900.0, 20_000_000))
+         Game("beam_rider", 14900.0, 20_000_000), Game("pong", 20.0, 20_000_000))
 
 
 @dataclass(frozen=True)

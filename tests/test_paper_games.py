@@ -43,7 +43,8 @@ def test_status_and_bad_plans(tmp_path):
     p = run(tmp_path, "--status", timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     lines = p.stdout.splitlines()
-    assert [ln.split()[0] for ln in lines[1:]] == ["breakout", "boxing", "space_invaders", "seaquest", "beam_rider"]
+    assert [ln.split()[0] for ln in lines[1:]] == ["breakout", "boxing", "space_invaders", "seaquest", "beam_rider",
+                                                   "pong"]
     assert all(ln.endswith("not started") for ln in lines[1:])
     p = run(tmp_path, "--games", "pong:20", timeout=120)
     assert p.returncode == 2 and "NAME:TARGET:FRAME_CAP" in p.stderr
