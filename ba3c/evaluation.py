@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -42,7 +43,7 @@ import numpy as np
 from ba3c.checkpoint import Checkpoint, assign_arrays
 from ba3c.config import Config, saved_config
 from ba3c.simulators import EnvSpec, Simulator
-from ba3c.workers import cores_available
+from ba3c.workers import EvalCancelled, cores_available
 
 SCHEMA = "ba3c-eval/1"  # benchmarks/compare.py picks up every JSON file that carries this tag
 STANDARD_MAX_EPISODE_FRAMES = 108_000  # 30 minutes of play at 60 Hz: the usual Atari evaluation cap
@@ -197,9 +198,10 @@ class Games:
 
 
 def play(sim: Simulator, predict, quotas: np.ndarray, choice: str, epsilon: float, seed: int, record: bool,
-         anti_stuck: AntiStuck | None = None) -> Games:
+         anti_stuck: AntiStuck | None = None, cancel: threading.Event | None = None) -> Games:
     """Step a synchronous simulator until environment i has finished quotas[i] episodes, choosing
-    actions by `choice` (greedy, sampled, egreedy with `epsilon`), then `anti_stuck` if given."""
+    actions by `choice` (greedy, sampled, egreedy with `epsilon`), then `anti_stuck` if given.
+    Raises EvalCancelled at the first step after `cancel` is set."""
     n = len(quotas)
     rng = np.random.default_rng([seed, 1])  # action noise; the emulators get `seed` itself
     games = Games()
@@ -210,6 +212,8 @@ def play(sim: Simulator, predict, quotas: np.ndarray, choice: str, epsilon: floa
     if record:
         games.frames.append(np.array(b.obs[0, -1]))
     while (done_count < quotas).any():
+        if cancel is not None and cancel.is_set():
+            raise EvalCancelled(f"{len(games.results)} of {int(quotas.sum())} episodes played")
         logits, _ = predict(b.obs)
         actions = choose_actions(choice, logits, rng, epsilon)
         if anti_stuck is not None:
@@ -291,7 +295,8 @@ def _open_simulator(model, spec: EnvSpec, n: int, num_threads: int, max_episode_
 def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *, epsilon: float = 0.05,
                    num_envs: int = 16, max_episode_frames: int | None = None, seed: int = 0,
                    record_path: str | None = None, num_threads: int = 0,
-                   fire_after_life_loss: bool = False, sticky_actions: float = 0.0) -> dict[str, Any]:
+                   fire_after_life_loss: bool = False, sticky_actions: float = 0.0,
+                   cancel: threading.Event | None = None) -> dict[str, Any]:
     """Play `episodes` complete episodes with `model` (a keras model: obs -> (logits, value)) under the
     protocol named `policy` (PROTOCOLS); return scores and the protocol's record.
 
@@ -301,6 +306,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
     Gymnasium environments keep their own time limit. `record_path`: write environment 0's first
     episode as a GIF (image observations only). `num_threads` 0: the cores available.
     `sticky_actions`: ALE's repeat_action_probability for this evaluation (Atari; 0 <= p < 1).
+    `cancel`: when set, the evaluation stops at its next step with EvalCancelled.
     """
     from ba3c.predictor import Predictor
     from ba3c.simulators import action_names
@@ -330,7 +336,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
     t0 = time.perf_counter()
     try:
         games = play(sim, Predictor(model, sim.obs_shape, sim.obs_dtype), quotas, proto.choice, eps, seed,
-                     record=bool(record_path), anti_stuck=anti_stuck)
+                     record=bool(record_path), anti_stuck=anti_stuck, cancel=cancel)
     finally:
         sim.close()
     scores, lengths = [g.score for g in games.results], [g.steps for g in games.results]
@@ -354,7 +360,8 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
 
 def protocol_record(spec: EnvSpec, proto: Protocol, epsilon: float, episodes: int, num_envs: int,
                     max_episode_frames: int, names: list[str] | None,
-                    fire_after_life_loss: bool = False, sticky_actions: float = 0.0) -> dict[str, Any]:
+                    fire_after_life_loss: bool = False, sticky_actions: float = 0.0,
+                   cancel: threading.Event | None = None) -> dict[str, Any]:
     """What a reader needs to compare our number with a published one: the protocol and the environment played."""
     from importlib import metadata
 

@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 import sys
+import threading
 import time
 from typing import Any, NamedTuple
 
@@ -295,14 +296,14 @@ class Trainer:
             if keep_due:
                 self.next_keep = (self.state.frames // r.keep_every_frames + 1) * r.keep_every_frames
 
-    def _evaluate(self, model, updates: int) -> dict[str, Any]:
+    def _evaluate(self, model, updates: int, cancel: threading.Event) -> dict[str, Any]:
         """The periodic evaluation, run by the evaluation thread on a snapshot of the weights."""
         r = self.cfg.run
         cap = None if r.eval_policy == "paper" else self.cfg.sim.max_episode_frames  # None: the paper's own cap
         return evaluate_model(model, self.spec, r.eval_episodes, r.eval_policy, num_envs=min(r.eval_episodes, 16),
                               max_episode_frames=cap, seed=10_000 + updates, num_threads=1,
                               fire_after_life_loss=self.cfg.sim.life_loss == "terminal",
-                              sticky_actions=r.eval_sticky_actions)
+                              sticky_actions=r.eval_sticky_actions, cancel=cancel)
 
     def _save_checkpoint(self, kept: bool = False) -> None:
         assert self.report is not None
@@ -326,10 +327,12 @@ class Trainer:
 
     def _finish(self, status: int | None) -> int:
         """Rank 0 writes the final checkpoint and the run's last words while every other rank waits."""
-        if self.evaluator is not None:
-            self.evaluator.finish()  # let a running evaluation finish and be logged
         if self.report is not None:
-            self._save_checkpoint()
+            self._save_checkpoint()  # first: a stop signal's grace period must not be spent on evaluation games
+        if self.evaluator is not None:
+            # At the end of training the last evaluation is waited for and logged; a stopped run gives it up.
+            self.evaluator.finish(wait=status is None)
+        if self.report is not None:
             self.report.finish(self.state, status or 0, status is not None, self.sim_thread.timers.seconds,
                                self.learn_timers.seconds)
         # Nobody leaves before rank 0 has written: mpirun kills the whole job when one rank exits non-zero.

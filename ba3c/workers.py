@@ -150,17 +150,24 @@ class WatchdogThread(threading.Thread):
                 os._exit(EXIT_WATCHDOG)
 
 
+class EvalCancelled(Exception):
+    """An evaluation given up before its episodes were played (the run is stopping)."""
+
+
 class EvalThread(threading.Thread):
     """Rank 0's periodic evaluation on a snapshot of the weights, beside training (never blocking it).
 
-    `evaluate(model, updates)` plays the games and returns their result; `report(result, frames,
-    updates, time_s)` records it. A failure is reported and never ends training.
+    `evaluate(model, updates, cancel)` plays the games and returns their result, and stops with
+    EvalCancelled once `cancel` is set; `report(result, frames, updates, time_s)` records it. A failure
+    is reported and never ends training.
     """
 
-    def __init__(self, model, evaluate: Callable[[Any, int], dict], report: Callable[..., None]) -> None:
+    def __init__(self, model, evaluate: Callable[[Any, int, threading.Event], dict],
+                 report: Callable[..., None]) -> None:
         super().__init__(name="EvalThread", daemon=True)
         self.model, self.evaluate, self.report = model, evaluate, report
         self.jobs: "queue.Queue[tuple[list[np.ndarray], int, int, float] | None]" = queue.Queue(maxsize=1)
+        self.cancel = threading.Event()
 
     def submit(self, weights: list[np.ndarray], frames: int, updates: int, time_s: float) -> bool:
         try:
@@ -169,8 +176,15 @@ class EvalThread(threading.Thread):
         except queue.Full:  # the previous evaluation is still running: skip this one
             return False
 
-    def finish(self) -> None:
-        """Let a running evaluation finish and be recorded, then end the thread."""
+    def finish(self, wait: bool = True) -> None:
+        """End the thread. wait: let a running (and a queued) evaluation finish and be recorded; else give
+        them up at once: a stopped run must not wait for games that may last up to the episode cap."""
+        if not wait:
+            self.cancel.set()
+            try:
+                self.jobs.get_nowait()  # a queued job that has not started
+            except queue.Empty:
+                pass
         self.jobs.put(None)
         self.join()
 
@@ -179,6 +193,8 @@ class EvalThread(threading.Thread):
             weights, frames, updates, time_s = job
             try:
                 self.model.set_weights(weights)
-                self.report(self.evaluate(self.model, updates), frames, updates, time_s)
+                self.report(self.evaluate(self.model, updates, self.cancel), frames, updates, time_s)
+            except EvalCancelled as e:
+                print(f"ba3c: evaluation at {frames:,} frames given up, the run is stopping ({e})", flush=True)
             except BaseException as e:  # reported, never fatal to training
                 print(f"ba3c: WARNING: evaluation failed: {e}", file=sys.stderr, flush=True)

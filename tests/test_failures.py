@@ -202,3 +202,35 @@ def test_one_process_is_not_aborted_by_the_hang_watchdog(tmp_path):
                    "--run-dir", str(tmp_path / "run")], timeout=300, check=False)
     assert p.returncode == 0 and "no update completed" not in p.stderr, p.stderr[-2000:]
     assert (tmp_path / "run" / "progress.csv").exists()
+
+
+def test_signal_during_a_long_evaluation_checkpoints_and_gives_it_up(tmp_path):
+    """A stop signal while the periodic evaluation plays (here 100,000 episodes, i.e. for ever) writes the
+    checkpoint first and gives the evaluation up: the grace period of a scheduler's signal is not spent
+    on evaluation games, and the process ends."""
+    run = tmp_path / "r"
+    fh = open(tmp_path / "out.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "ba3c.train", "--env", "CartPole-v1", "--num-envs", "8",
+                             "--predict-batch", "8", "--train-batch", "40", "--intra-op-threads", "1",
+                             "--total-frames", "50000000", "--stats-interval-updates", "10",
+                             "--eval-every-frames", "2000", "--eval-episodes", "100000", "--run-dir", str(run)],
+                            cwd=ROOT, env=subprocess_env(), stdout=fh, stderr=subprocess.STDOUT, text=True)
+    fh.close()
+    progress = run / "progress.csv"
+    deadline = time.time() + 300  # a bound on a broken start, not a speed requirement
+    # the evaluation is submitted at the first sync point past 2,000 frames; two rows later it is playing
+    while not progress.exists() or sum(1 for ln in progress.read_text().splitlines()[1:]
+                                       if int(ln.split(",")[2]) >= 2000) < 2:
+        assert proc.poll() is None, (tmp_path / "out.txt").read_text()[-2000:]
+        assert time.time() < deadline, "no progress past the first evaluation point"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=300)  # a bound on a hang: without the cancel the evaluation would run for hours
+    out = (tmp_path / "out.txt").read_text()
+    assert proc.returncode == 75, out[-2000:]
+    assert "frames given up, the run is stopping" in out
+    c = ckpt.load_latest(str(run / "checkpoints"))
+    last = progress.read_text().splitlines()[-1].split(",")
+    assert c is not None and c.meta["updates"] == int(last[3])  # the stop's own checkpoint
+    assert not (run / "eval.csv").exists() or len((run / "eval.csv").read_text().splitlines()) <= 1
+    assert "Traceback" not in out
