@@ -211,7 +211,8 @@ def base_meta(dist_name: str, world_size: int) -> dict[str, Any]:
 
 
 def plot_curve(run_dir: str) -> str | None:
-    """progress.csv -> learning_curve.png (return against frames and against wall-clock time)."""
+    """progress.csv -> learning_curve.png (return against frames and against wall-clock time), with the
+    periodic evaluations of eval.csv and the collapse guard's actions of events.csv where there are any."""
     path = os.path.join(run_dir, "progress.csv")
     with open(path, newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r.get("return_mean")]
@@ -232,6 +233,15 @@ def plot_curve(run_dir: str) -> str | None:
         ax.set_xlabel(label)
         ax.set_ylabel("episode return (game score)")
         ax.grid(alpha=0.3)
+    evals = []
+    if os.path.exists(os.path.join(run_dir, "eval.csv")):
+        with open(os.path.join(run_dir, "eval.csv"), newline="") as fh:
+            evals = [r for r in csv.DictReader(fh) if r.get("score_mean")]
+    if evals:
+        label = f"periodic evaluation ({evals[-1].get('policy') or 'greedy'}), mean of {evals[-1].get('episodes')}"
+        for ax, key, scale in ((axes[0], "frames", 1.0), (axes[1], "time_s", 1 / 3600)):
+            ax.plot([float(r[key]) * scale for r in evals], [float(r["score_mean"]) for r in evals], "o",
+                    color="tab:green", markersize=4, label=label)
     for e in read_events(run_dir):  # where the collapse guard acted
         if e["event"] in ("rollback", "give_up", "warn"):
             style = {"rollback": ("tab:red", "--"), "give_up": ("black", "-"), "warn": ("tab:orange", ":")}[e["event"]]

@@ -154,6 +154,10 @@ def summarize(args: argparse.Namespace, target: float, run_dir: str, cmd: list[s
 
 def write(result: TimeToScore, out_dir: str, tag: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
+    from ba3c.rundir import plot_curve  # the curve from the CSVs: a trainer ended by SIGKILL drew none
+
+    if os.path.exists(os.path.join(result.run_dir, "progress.csv")):
+        plot_curve(result.run_dir)
     name = f"time_to_score-{result.env}" + (f"-{tag}" if tag else "")
     with open(os.path.join(out_dir, f"{name}.json"), "w") as fh:
         json.dump(asdict(result), fh, indent=2)

@@ -21,6 +21,7 @@ def test_time_to_score_cartpole(tmp_path):
     assert res["best_criterion"] >= 120 and 0 < res["frames_to_target"] <= res["frames_total"] < 400000
     assert res["updates_to_target"] * 40 == res["frames_to_target"] - res["frames_to_target"] % 40
     assert (tmp_path / "out" / "time_to_score-cartpole-v1-config.json").exists()
+    assert (tmp_path / "out" / "time_to_score-cartpole-v1.png").stat().st_size > 5000  # drawn from the CSVs
     # core-hours are the CPU seconds the run used, not wall x cores
     assert res["core_hours_basis"].startswith("measured")
     assert 0 < res["core_hours_to_target"] <= res["core_hours_total"]
