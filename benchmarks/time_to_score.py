@@ -98,6 +98,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
                         "for the Nature CNN with Adam's state) and continue from them where --run-dir has no run: "
                         "the same command then resumes in a fresh checkout")
     p.add_argument("--tag", default="", help="output name suffix, e.g. 'paper' -> time_to_score-pong-paper.json")
+    p.add_argument("--train-past-target", action="store_true",
+                   help="record when the target is first reached but train on to --total-frames (or the time budget)")
     args, extra = p.parse_known_args(argv)
     target = args.target if args.target is not None else PAPER_TARGETS.get(args.env.lower())
     if target is None:
@@ -180,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
 
     def stop(_rows: list[list[Row]]) -> bool:  # at the target (the time budget is the job's run_timeout_s)
+        if args.train_past_target:
+            return False
         return first_reach(harness.read_rows(os.path.join(run_dir, crit.file)), target, crit.column) is not None
 
     job = harness.TrainerJob(cmd, [run_dir], log_path=None, startup_timeout_s=args.startup_min * 60,
