@@ -360,8 +360,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
 
 def protocol_record(spec: EnvSpec, proto: Protocol, epsilon: float, episodes: int, num_envs: int,
                     max_episode_frames: int, names: list[str] | None,
-                    fire_after_life_loss: bool = False, sticky_actions: float = 0.0,
-                   cancel: threading.Event | None = None) -> dict[str, Any]:
+                    fire_after_life_loss: bool = False, sticky_actions: float = 0.0) -> dict[str, Any]:
     """What a reader needs to compare our number with a published one: the protocol and the environment played."""
     from importlib import metadata
 

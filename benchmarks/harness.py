@@ -296,7 +296,7 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
-# ---------------------------------------------------------------- plots
+# ---------------------------------------------------------------- a run's kept state
 
 STATE_FILES = ("config.json", "meta.json", "progress.csv", "eval.csv", "events.csv")
 
@@ -305,8 +305,10 @@ def save_state(run: str, state: str) -> bool:
     """Copy the run's newest checkpoint (ba3c.checkpoint's .npz + .sha256 pair) and its records to
     `state`: written beside it, then renamed over it, so a crash leaves the old state or the new one.
     False (and nothing changed) where the run has no checkpoint yet."""
+    from ba3c import checkpoint as ckpt  # numpy only; by update, so a kept keep-* file never passes for the newest
+
     ckpt_dir = os.path.join(run, "checkpoints")
-    ckpts = sorted(f for f in os.listdir(ckpt_dir) if f.endswith(".npz")) if os.path.isdir(ckpt_dir) else []
+    ckpts = [os.path.basename(p) for p in ckpt.list_all(ckpt_dir)]
     if not ckpts:
         return False
     tmp = state.rstrip("/") + ".new"
@@ -334,6 +336,8 @@ def restore_state(state: str, run: str) -> bool:
     shutil.copytree(state, run, dirs_exist_ok=True)
     return True
 
+
+# ---------------------------------------------------------------- plots
 
 def pyplot():
     """matplotlib.pyplot with the Agg backend (files only, no display)."""

@@ -9,7 +9,8 @@ rule, 40,000-step cap; 10 games) recording when it first reached the game's targ
 frames_to_target) without stopping there: 10 games are too few to end a run on (Breakout's scored
 371.5 at 16 M frames, the 50-game evaluation of the checkpoint at 18.6 M 292.8). The run's newest
 checkpoint and CSVs are kept in `benchmarks/results/state/GAME/` at the end of every invocation
-(about 20 MB; commit it): in a fresh checkout the same command continues from there. A game at its
+(about 20 MB; git-ignored: copy it with the checkout): where the run directory is gone the same
+command continues from there, and where neither is there the game starts again from frame 0 (said so). A game at its
 cap is evaluated with the paper's protocol, 50 episodes, on its final checkpoint
 (`benchmarks/results/eval-GAME-paper.json`), and `benchmarks/results/SCORES.md` is rebuilt; then the
 next game starts. Order and targets follow the issue that asked for them: Breakout first (40 M
@@ -166,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
                 hours = (deadline - time.time()) / 3600
                 if hours <= 0.01:
                     break
+                if s.frames and not any(os.path.exists(os.path.join(d, "config.json"))
+                                        for d in (run_dir(args, g), state_dir(args, g))):
+                    print(f"paper_games: {g.name}: neither {run_dir(args, g)} nor {state_dir(args, g)} holds the run "
+                          f"recorded at {s.frames:,} frames in {result_path(args, g)}: it starts again from frame 0",
+                          flush=True)
                 print(f"paper_games: {g.name}: training (target {g.target:g}, cap {g.frame_cap:,} frames, "
                       f"{hours:.2f} h left)", flush=True)
                 train(args, g, hours, extra)

@@ -4,7 +4,7 @@
     python -m benchmarks.time_to_score --env breakout --resume --run-dir runs/X   # continue a stopped run
     python -m benchmarks.time_to_score --env breakout --run-dir runs/X --state-dir benchmarks/results/state/X
         # the same command continues the run in a later session or on another machine: at the end of
-        # every invocation the run's newest checkpoint and CSVs are copied to --state-dir (commit it),
+        # every invocation the run's newest checkpoint and CSVs are copied to --state-dir (copy it along),
         # and where --run-dir holds no run yet it starts from them
 
 Runs `python -m ba3c.train` as a child process and follows its CSVs. `--criterion eval`
@@ -96,7 +96,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
     p.add_argument("--state-dir", default="",
                    help="keep the run's newest checkpoint and CSVs here at the end of each invocation (about 20 MB "
                         "for the Nature CNN with Adam's state) and continue from them where --run-dir has no run: "
-                        "the same command then resumes in a fresh checkout")
+                        "the same command then resumes on another machine that has the folder")
     p.add_argument("--tag", default="", help="output name suffix, e.g. 'paper' -> time_to_score-pong-paper.json")
     p.add_argument("--train-past-target", action="store_true",
                    help="record when the target is first reached but train on to --total-frames (or the time budget)")
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     write(result, args.out_dir, args.tag)
     if args.state_dir and harness.save_state(run_dir, args.state_dir):
         print(f"time_to_score: newest checkpoint and CSVs kept in {args.state_dir} (the same command continues "
-              f"from there in a fresh checkout)", flush=True)
+              f"from there where --run-dir is gone)", flush=True)
     print(json.dumps(asdict(result), indent=2))
     return 0
 

@@ -73,3 +73,22 @@ def test_launch_run_timeout_ends_the_group(tmp_path):
 @pytest.mark.parametrize("key", ["cores", "cpu", "host", "python", "load_avg"])
 def test_machine(key):
     assert harness.machine()[key]
+
+
+def test_save_state_keeps_the_newest_checkpoint_by_update_and_restore_never_overwrites(tmp_path):
+    run, state = tmp_path / "run", tmp_path / "state"
+    (run / "checkpoints").mkdir(parents=True)
+    assert not harness.save_state(str(run), str(state)) and not state.exists()  # no checkpoint yet: nothing kept
+    (run / "config.json").write_text("{}")
+    (run / "progress.csv").write_text("frames\n1\n")
+    for name in ("ckpt-0000000200", "ckpt-0000000300", "keep-0000000100"):  # keep-* sorts last by name
+        (run / "checkpoints" / f"{name}.npz").write_text(name)
+        (run / "checkpoints" / f"{name}.sha256").write_text(name)
+    assert harness.save_state(str(run), str(state))
+    assert sorted(p.name for p in (state / "checkpoints").iterdir()) == ["ckpt-0000000300.npz",
+                                                                       "ckpt-0000000300.sha256"]
+    assert (state / "progress.csv").read_text() == "frames\n1\n" and not (tmp_path / "state.new").exists()
+    # a run directory that holds a run is never replaced by the kept state
+    assert not harness.restore_state(str(state), str(run))
+    other = tmp_path / "other"
+    assert harness.restore_state(str(state), str(other)) and (other / "checkpoints" / "ckpt-0000000300.npz").exists()
