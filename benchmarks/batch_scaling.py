@@ -40,7 +40,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, scaling_results
 from benchmarks.harness import Row
 from benchmarks.time_to_score import first_reach
 from benchmarks.time_to_score import main as time_to_score
@@ -153,11 +153,7 @@ def frames_reached(r: PointResult) -> tuple[int, str] | None:
     """A point's frames to the target: its evaluation's where it has one there (the policy at that frame),
     else its training return's (which lags by a game on every emulator). As the time-to-score projection
     counts them (benchmarks/scaling_results.py)."""
-    if r.frames_to_target_eval:
-        return r.frames_to_target_eval, "evaluation"
-    if r.frames_to_target:
-        return r.frames_to_target, "training return"
-    return None
+    return scaling_results.reached_at(vars(r))
 
 
 def model_windows(windows: list[dict[str, Any]], key: str, frames_to: int) -> list[tuple[float, float]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Mapping
 
 from benchmarks import scaling_model as sm
 
@@ -245,6 +245,17 @@ def to_json(data: ScalingData, a: Analysis | None) -> dict[str, Any]:
     return out
 
 
+def reached_at(p: Mapping[str, Any]) -> tuple[int, str] | None:
+    """A batch-scaling point's frames to the target (a batch_scaling.json point or a PointResult's fields): its
+    evaluation's where it has one there (the policy at that frame), else its training return's (which lags by a
+    game on every emulator), with which of the two it is."""
+    if p.get("frames_to_target_eval"):
+        return int(p["frames_to_target_eval"]), "evaluation"
+    if p.get("frames_to_target"):
+        return int(p["frames_to_target"]), "training return"
+    return None
+
+
 def frames_from_batch_scaling(d: dict[str, Any]) -> list[sm.FramesToScore]:
     """Per global batch in a batch_scaling.json: the fewest frames to the target over the points that
     reached it; None where every finished point failed (frame cap, abandoned); unfinished points
@@ -253,11 +264,8 @@ def frames_from_batch_scaling(d: dict[str, Any]) -> list[sm.FramesToScore]:
     JSON has one. A point's frames are its evaluation's where it has one at the target (the policy at that
     frame), else its training return's (which lags by a game on every emulator); the source says which."""
     def frames(p: dict[str, Any]) -> tuple[float, str] | None:
-        if p.get("frames_to_target_eval"):
-            return float(p["frames_to_target_eval"]), f"{p['point']} (evaluation)"
-        if p.get("frames_to_target"):
-            return float(p["frames_to_target"]), f"{p['point']} (training return)"
-        return None
+        reached = reached_at(p)
+        return (float(reached[0]), f"{p['point']} ({reached[1]})") if reached else None
 
     by: dict[int, list[dict[str, Any]]] = {}
     for p in d.get("points", []):
