@@ -127,6 +127,26 @@ def at_mark(rows: list[Row], mark: int) -> float | None:
     return float(before[-1]["return_mean20"]) if before else None
 
 
+def curve_mean(rows: list[Row], upto: int) -> float | None:
+    """The mean-20 return averaged over frames from the first row that has one to `upto` (each row's value
+    weighted by the frames since the row before it): how fast a run learned over the whole stretch, less
+    noisy than the value at one mark. None when the run has no value before `upto` or has not reached it."""
+    if not rows or int(rows[-1]["frames"]) < upto:
+        return None
+    total = weight = 0.0
+    prev: int | None = None
+    for r in rows:
+        f = int(r["frames"])
+        if f > upto:
+            break
+        if r.get("return_mean20"):
+            if prev is not None and f > prev:
+                total += float(r["return_mean20"]) * (f - prev)
+                weight += f - prev
+            prev = f
+    return total / weight if weight else None
+
+
 def summarize(args: argparse.Namespace, r: Run, marks: list[int]) -> RunResult | None:
     rows = rows_of(args, r)
     if not rows:
@@ -181,6 +201,16 @@ def analyze(args: argparse.Namespace, runs: list[Run], variants: list[str], seed
         "machine": harness.machine(), "date": harness.now(),
         "variant_mean_at_marks": variant_means(results, marks, variants, seeds),
         "runs": [asdict(x) for x in results]}
+    # the whole curve up to the frames every run has reached, averaged over frames, per run and per variant
+    common = min((x.frames for x in results), default=0) if len(results) == len(runs) else 0
+    per_run = {r.name: curve_mean(rows_of(args, r), common) for r in runs} if common else {}
+    out["curve_mean_frames"] = common
+    out["curve_mean_per_run"] = per_run
+    by_variant: dict[str, float | None] = {}
+    for v in variants:
+        vals = [per_run.get(r.name) for r in runs if r.variant == v]
+        by_variant[v] = sum(vals) / len(vals) if vals and None not in vals else None  # type: ignore[arg-type]
+    out["curve_mean_per_variant"] = by_variant
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"life_loss_compare-{args.env.lower()}")
     with open(stem + ".json", "w") as fh:
@@ -196,6 +226,10 @@ def analyze(args: argparse.Namespace, runs: list[Run], variants: list[str], seed
     for v, by_mark in out["variant_mean_at_marks"].items():
         vals = ["-" if by_mark[str(m)] is None else f"{by_mark[str(m)]:.1f}" for m in shown]
         print(f"{'mean ' + v:<16}{'':>13}{'':>8}  " + ", ".join(vals))
+    if common:
+        both = {**per_run, **{f"mean {v}": m for v, m in by_variant.items()}}
+        print(f"mean-20 return averaged over the first {common:,} frames (every run has them): "
+              + ", ".join(f"{k} {'-' if m is None else f'{m:.1f}'}" for k, m in both.items()))
     print(f"wrote {stem}.json" + (" and .png" if curves else " (no finished games yet: no plot)"))
     return out
 

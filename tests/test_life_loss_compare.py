@@ -39,6 +39,8 @@ def test_life_loss_compare_breakout(tmp_path):
         assert runs[name]["frames"] >= 3000 and runs[name]["seed"] == 3
         assert (tmp_path / "out" / f"life_loss_compare-breakout-{name}-progress.csv").exists()
     assert res["marks"] == [1024, 2048]
+    assert res["curve_mean_frames"] == min(r["frames"] for r in res["runs"])  # the stretch every run has
+    assert set(res["curve_mean_per_run"]) == set(runs) and set(res["curve_mean_per_variant"]) == {"ignore", "terminal"}
     # --analyze-only reads the kept progress copies when the run directories are gone
     shutil.rmtree(tmp_path / "runs")
     p = subprocess.run([sys.executable, "-m", "benchmarks.life_loss_compare", "--env", "breakout", "--frames", "3000",
@@ -51,13 +53,17 @@ def test_life_loss_compare_breakout(tmp_path):
 
 
 def test_marks_and_variant_means():
-    from benchmarks.life_loss_compare import RunResult, at_mark, variant_means
+    from benchmarks.life_loss_compare import RunResult, at_mark, curve_mean, variant_means
 
     rows = [{"frames": "500", "return_mean20": ""}, {"frames": "900", "return_mean20": "1.5"},
             {"frames": "1100", "return_mean20": "2.5"}, {"frames": "2100", "return_mean20": "4.0"}]
     assert at_mark(rows, 400) is None                # nothing finished before it
     assert at_mark(rows, 1000) == 1.5 and at_mark(rows, 2000) == 2.5 and at_mark(rows, 2100) == 4.0
     assert at_mark(rows, 3000) is None               # not reached yet
+    # the curve averaged over frames: 2.5 over 900-1100, then 4.0 over 1100-2100 (the first value has no span)
+    assert curve_mean(rows, 2100) == (2.5 * 200 + 4.0 * 1000) / 1200
+    assert curve_mean(rows, 2000) == 2.5             # rows past the end are left out
+    assert curve_mean(rows, 900) is None and curve_mean(rows, 3000) is None
 
     def res(variant, seed, marks):
         return RunResult(f"{variant}-s{seed}", variant, seed, 0, 0, 0.0, None, marks, [], [], [])
