@@ -17,8 +17,9 @@ import datetime as dt
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ba3c import checkpoint as ckpt
 from ba3c.evaluation import (PAPER_MAX_EPISODE_STEPS, POLICIES, STANDARD_MAX_EPISODE_FRAMES, EvalError,
@@ -121,6 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def progress_printer(episodes: int) -> Callable[[int, int], None]:
+    """Prints where a long evaluation stands (called every minute by evaluate_model)."""
+    t0 = time.monotonic()
+
+    def report(counted: int, steps: int) -> None:
+        print(f"ba3c.evaluate: {counted} of {episodes} episodes finished, {steps:,} agent steps played, "
+              f"{(time.monotonic() - t0) / 60:.0f} min", flush=True)
+    return report
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -145,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 num_envs=args.num_envs, max_episode_frames=args.max_episode_frames, seed=args.seed,
                                 record_path=args.record or None, num_threads=threads,
                                 fire_after_life_loss=cfg.sim.life_loss == "terminal",  # as it trained
-                                sticky_actions=args.sticky_actions)
+                                sticky_actions=args.sticky_actions, progress=progress_printer(args.episodes))
     except EvalError as e:
         print(f"ba3c.evaluate: error: {e}", file=sys.stderr)
         return 2

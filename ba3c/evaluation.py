@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -198,11 +198,15 @@ class Games:
 
 
 def play(sim: Simulator, predict, quotas: np.ndarray, choice: str, epsilon: float, seed: int, record: bool,
-         anti_stuck: AntiStuck | None = None, cancel: threading.Event | None = None) -> Games:
+         anti_stuck: AntiStuck | None = None, cancel: threading.Event | None = None,
+         progress: Callable[[int, int], None] | None = None, progress_every_s: float = 60.0) -> Games:
     """Step a synchronous simulator until environment i has finished quotas[i] episodes, choosing
     actions by `choice` (greedy, sampled, egreedy with `epsilon`), then `anti_stuck` if given.
-    Raises EvalCancelled at the first step after `cancel` is set."""
+    Raises EvalCancelled at the first step after `cancel` is set. `progress(episodes counted, agent steps
+    played in all environments)` is called every `progress_every_s` seconds (a 50-game paper-protocol
+    evaluation of a good Breakout agent runs for most of an hour)."""
     n = len(quotas)
+    steps, next_report = 0, time.monotonic() + progress_every_s
     rng = np.random.default_rng([seed, 1])  # action noise; the emulators get `seed` itself
     games = Games()
     done_count = np.zeros(n, np.int64)
@@ -223,6 +227,10 @@ def play(sim: Simulator, predict, quotas: np.ndarray, choice: str, epsilon: floa
         sim.send(actions)
         b = sim.recv()
         live = ~resetting
+        steps += int(live.sum())
+        if progress is not None and time.monotonic() >= next_report:
+            progress(len(games.results), steps)
+            next_report = time.monotonic() + progress_every_s
         ret[live] += b.reward[live]
         length[live] += 1
         ended = (b.terminated | b.truncated) & live
@@ -296,7 +304,8 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
                    num_envs: int = 16, max_episode_frames: int | None = None, seed: int = 0,
                    record_path: str | None = None, num_threads: int = 0,
                    fire_after_life_loss: bool = False, sticky_actions: float = 0.0,
-                   cancel: threading.Event | None = None) -> dict[str, Any]:
+                   cancel: threading.Event | None = None, progress: Callable[[int, int], None] | None = None,
+                   progress_every_s: float = 60.0) -> dict[str, Any]:
     """Play `episodes` complete episodes with `model` (a keras model: obs -> (logits, value)) under the
     protocol named `policy` (PROTOCOLS); return scores and the protocol's record.
 
@@ -307,6 +316,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
     episode as a GIF (image observations only). `num_threads` 0: the cores available.
     `sticky_actions`: ALE's repeat_action_probability for this evaluation (Atari; 0 <= p < 1).
     `cancel`: when set, the evaluation stops at its next step with EvalCancelled.
+    `progress`: called every `progress_every_s` seconds with (episodes counted, agent steps played).
     """
     from ba3c.predictor import Predictor
     from ba3c.simulators import action_names
@@ -336,7 +346,8 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
     t0 = time.perf_counter()
     try:
         games = play(sim, Predictor(model, sim.obs_shape, sim.obs_dtype), quotas, proto.choice, eps, seed,
-                     record=bool(record_path), anti_stuck=anti_stuck, cancel=cancel)
+                     record=bool(record_path), anti_stuck=anti_stuck, cancel=cancel, progress=progress,
+                     progress_every_s=progress_every_s)
     finally:
         sim.close()
     scores, lengths = [g.score for g in games.results], [g.steps for g in games.results]

@@ -408,6 +408,25 @@ def test_sticky_actions_reach_the_emulator():
         last_frames_after(0, 1.0)
 
 
+def test_progress_is_reported_while_games_are_played(capsys):
+    from ba3c.simulators import EnvSpec
+
+    ev.progress_printer(50)(3, 123456)  # what `python -m ba3c.evaluate` prints every minute
+    assert "3 of 50 episodes finished, 123,456 agent steps played" in capsys.readouterr().out
+
+    model, spec = constant_policy(4, 0), EnvSpec("atari", "breakout")  # NOOP: every game runs to the cap
+    seen: list[tuple[int, int]] = []
+    result = evaluation.evaluate_model(model, spec, 4, "greedy", num_envs=2, max_episode_frames=400, num_threads=1,
+                                       progress=lambda counted, steps: seen.append((counted, steps)),
+                                       progress_every_s=0.0)
+    assert result["truncated_episodes"] == 4
+    counted, steps = zip(*seen)
+    # an auto-reset step plays no episode step, so the count stays; the last report comes after the last step
+    assert list(steps) == sorted(steps) and steps[-1] == sum(result["lengths_steps"])
+    assert list(counted) == sorted(counted) and counted[0] == 0 and counted[-1] in (2, 4)   # 2 games at a time
+    assert len(seen) >= max(result["lengths_steps"])  # one report per step at 0 s
+
+
 def test_sticky_actions_option_is_checked_and_recorded(tmp_path, capsys):
     from ba3c.simulators import EnvSpec
 
