@@ -13,12 +13,13 @@ paper's protocol, `--eval-episodes` episodes, eval.csv, whose `policy` column na
 and the target is met when an evaluation mean reaches it. `--criterion train20`: the mean training return of the last 20 episodes (sampled
 policy, progress.csv). The child is stopped with SIGTERM (it checkpoints first) at the target or
 when the time budget is spent. Writes benchmarks/results/time_to_score-GAME[-TAG].json, the curve
-PNG and the run's config. Core-hours are the CPU seconds all ranks used (progress.csv's cpu_s), so
+PNG, the run's config and its CSVs (eval.csv, events.csv, and progress.csv's main columns). Core-hours are the CPU seconds all ranks used (progress.csv's cpu_s), so
 they stay honest on a shared machine; where a run has no cpu_s the JSON says the figure is wall x cores.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shutil
@@ -163,9 +164,28 @@ def write(result: TimeToScore, out_dir: str, tag: str) -> None:
     name = f"time_to_score-{result.env}" + (f"-{tag}" if tag else "")
     with open(os.path.join(out_dir, f"{name}.json"), "w") as fh:
         json.dump(asdict(result), fh, indent=2)
-    for src, dst in (("config.json", f"{name}-config.json"), ("learning_curve.png", f"{name}.png")):
+    for src, dst in (("config.json", f"{name}-config.json"), ("learning_curve.png", f"{name}.png"),
+                     ("eval.csv", f"{name}-eval.csv"), ("events.csv", f"{name}-events.csv")):
         if os.path.exists(os.path.join(result.run_dir, src)):
             shutil.copy(os.path.join(result.run_dir, src), os.path.join(out_dir, dst))
+    keep_progress(os.path.join(result.run_dir, "progress.csv"), os.path.join(out_dir, f"{name}-progress.csv"))
+
+
+# progress.csv's columns kept with the results: the curve and what the collapse guard watches (the run's
+# own progress.csv has ~45 columns; a 40 M-frame run's is 600 kB)
+KEPT_PROGRESS_COLUMNS = ("time_s", "cpu_s", "frames", "updates", "episodes", "return_mean20", "episode_length_mean",
+                         "frames_per_s", "entropy", "grad_norm", "lr", "guard", "rollbacks")
+
+
+def keep_progress(src: str, dst: str) -> None:
+    """A copy of progress.csv with KEPT_PROGRESS_COLUMNS, so the curve survives the (uncommitted) run."""
+    if not os.path.exists(src):
+        return
+    with open(src, newline="") as fin, open(dst + ".new", "w", newline="") as fout:
+        w = csv.DictWriter(fout, KEPT_PROGRESS_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(csv.DictReader(fin))
+    os.replace(dst + ".new", dst)
 
 
 def main(argv: list[str] | None = None) -> int:

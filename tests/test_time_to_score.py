@@ -24,6 +24,12 @@ def test_time_to_score_cartpole(tmp_path):
     assert res["updates_to_target"] * 40 == res["frames_to_target"] - res["frames_to_target"] % 40
     assert (tmp_path / "out" / "time_to_score-cartpole-v1-config.json").exists()
     assert (tmp_path / "out" / "time_to_score-cartpole-v1.png").stat().st_size > 5000  # drawn from the CSVs
+    # the CSVs kept with the results: eval.csv as it is, progress.csv with its main columns
+    out = tmp_path / "out"
+    assert (out / "time_to_score-cartpole-v1-eval.csv").read_text() == (tmp_path / "run" / "eval.csv").read_text()
+    kept = (out / "time_to_score-cartpole-v1-progress.csv").read_text().splitlines()
+    assert kept[0].split(",")[:3] == ["time_s", "cpu_s", "frames"] and "return_mean20" in kept[0]
+    assert len(kept) == len((tmp_path / "run" / "progress.csv").read_text().splitlines())
     # core-hours are the CPU seconds the run used, not wall x cores
     assert res["core_hours_basis"].startswith("measured")
     assert 0 < res["core_hours_to_target"] <= res["core_hours_total"]
