@@ -69,7 +69,9 @@ def committed_collapses(pattern: str = "time_to_score-*-progress.csv", floor: fl
     for path in sorted(glob.glob(os.path.join(harness.RESULTS, pattern))):
         with open(path, newline="") as fh:
             rows = [{k: float(r[k]) if r.get(k) else None for k in keys} for r in csv.DictReader(fh) if r.get("entropy")]
-        med = {k: statistics.median(r[k] for r in rows) for k in ("entropy", "grad_norm", "value_loss")}
+        # a kept copy may lack a column (time_to_score keeps progress.csv's main ones): no median for it
+        med = {k: statistics.median(vals) if (vals := [r[k] for r in rows if r[k] is not None]) else None
+               for k in ("entropy", "grad_norm", "value_loss")}
         i = 0
         while i < len(rows):
             if rows[i]["entropy"] >= floor:
