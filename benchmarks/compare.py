@@ -197,7 +197,8 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
     lines.append("* Core-hours: measured CPU seconds of all ranks where the checkpoint has them from the start of "
                  "the run, otherwise training wall time x cores of the run (`cores_basis` in each JSON says which).")
     lines += ["", "Evaluation files:", ""]
-    lines += [f"* {title(r.game)} ({r.policy}): `{_display(r.path)}`" for r in rows]
+    lines += [f"* {title(r.game)} ({r.policy}{'; ' + r.protocol_note if r.protocol_note else ''}): `{_display(r.path)}`"
+              for r in rows]
     return "\n".join(lines) + "\n"
 
 

@@ -485,3 +485,8 @@ def test_scores_table_keeps_sticky_evaluations_apart(tmp_path):
     rows = cmp.build_rows(cmp.find_evals([tmp_path]), pub)
     assert sorted((r.mean, r.protocol_note) for r in rows) == [
         (250.0, "cap 40,000 agent steps, sticky actions 0.25"), (300.0, "cap 40,000 agent steps")]
+    # the list of evaluation files tells the two apart too
+    md = cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
+    files = md.split("Evaluation files:")[1]
+    assert "(paper; cap 40,000 agent steps, sticky actions 0.25): `" in files
+    assert "(paper; cap 40,000 agent steps): `" in files
