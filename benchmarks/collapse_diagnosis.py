@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import subprocess
@@ -88,8 +89,12 @@ def committed_collapses(pattern: str = "time_to_score-*-progress.csv", floor: fl
 
 # ---------------------------------------------------------------- part 2: the synchronous probe
 
-def probe(lr: float, updates: int, seed: int) -> list[dict[str, float]]:
-    """CartPole A2C in one thread (no policy lag, repeatable): one record per update."""
+def probe(lr: float, updates: int, seed: int, env: str = "CartPole-v1", progress_every: int = 0,
+          learn: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """A2C in one thread (no policy lag, repeatable up to thread scheduling): one record per update.
+    CartPole: the mlp, 8 environments, batch 40. An Atari game: the trainer's defaults (nature model, 32
+    environments, batch 64, clipped rewards), played synchronously (all 32 per prediction). `learn`: other
+    LearnConfig values (e.g. clip_norm=0.1)."""
     from ba3c.tfquiet import import_tensorflow_quietly
 
     import_tensorflow_quietly()
@@ -103,19 +108,24 @@ def probe(lr: float, updates: int, seed: int) -> list[dict[str, float]]:
     from ba3c.workers import set_tensorflow_threads
 
     set_tensorflow_threads(1, 1)
-    cfg = LearnConfig(train_batch=40, lr=lr)
-    sim = make_simulator(resolve_env("CartPole-v1"), 8, 8, 1, 108_000)
-    model = build_model("mlp", sim.obs_shape, sim.num_actions, seed=seed)
+    spec = resolve_env(env)
+    atari = spec.kind == "atari"
+    n = 32 if atari else 8
+    cfg = LearnConfig(**{"train_batch": 64 if atari else 40, **(learn or {}), "lr": lr})
+    sim = make_simulator(spec, n, n, 1, 108_000)
+    model = build_model("nature" if atari else "mlp", sim.obs_shape, sim.num_actions, seed=seed)
     learner = Learner(model, cfg, Dist(), lr, 0)
     predict = Predictor(model, sim.obs_shape, sim.obs_dtype)
-    exp = Experience(8, sim.obs_shape, sim.obs_dtype, cfg.n_step, cfg.gamma, cfg.train_batch, clip_rewards=False)
+    exp = Experience(n, sim.obs_shape, sim.obs_dtype, cfg.n_step, cfg.gamma, cfg.train_batch, clip_rewards=atari)
     rng = np.random.default_rng(seed)
-    out: list[dict[str, float]] = []
+    out: list[dict[str, Any]] = []
     lengths: list[int] = []
 
-    def gap(obs: np.ndarray) -> float:
-        top2 = np.sort(np.asarray(model(obs)[0]), axis=1)[:, -2:]
-        return float(np.mean(top2[:, 1] - top2[:, 0]))
+    def heads(obs: np.ndarray) -> tuple[float, float, float]:
+        """The batch's mean logit gap (largest minus second largest), largest |logit| and largest |value|."""
+        logits, values = (np.asarray(x) for x in model(obs)[:2])
+        top2 = np.sort(logits, axis=1)[:, -2:]
+        return float(np.mean(top2[:, 1] - top2[:, 0])), float(np.max(np.abs(logits))), float(np.max(np.abs(values)))
 
     b = sim.reset(seed)
     try:
@@ -126,14 +136,24 @@ def probe(lr: float, updates: int, seed: int) -> list[dict[str, float]]:
             batches, episodes = exp.add(b, values, actions, learner.updates)
             lengths += [e.length for e in episodes]
             for tb in batches:
-                before, gap_before = [w.numpy().copy() for w in model.weights], gap(tb.obs)
+                before, (gap_before, _, _) = [w.numpy().copy() for w in model.weights], heads(tb.obs)
                 st = learner.train(tb)
-                step = np.sqrt(sum(float(np.sum((w.numpy() - x) ** 2)) for w, x in zip(model.weights, before)))
+                layer_steps = [float(np.sqrt(np.sum((w.numpy() - x) ** 2))) for w, x in zip(model.weights, before)]
+                gap_after, logit_max, value_max = heads(tb.obs)
+                big = int(np.argmax(layer_steps))
                 out.append({"update": learner.updates, "entropy": st.entropy, "grad_norm": st.grad_norm,
                             "policy_loss": st.policy_loss, "value_loss": st.value_loss,
                             "adv_abs_mean": float(np.mean(np.abs(tb.advantages))), "logit_gap_before": gap_before,
-                            "logit_gap_after": gap(tb.obs), "weight_step": float(step),
+                            "logit_gap_after": gap_after, "logit_abs_max_after": logit_max,
+                            "value_abs_max_after": value_max,
+                            "weight_step": float(np.sqrt(sum(x * x for x in layer_steps))),
+                            "largest_layer_step": [getattr(model.weights[big], "path", model.weights[big].name),
+                                                   layer_steps[big]],
                             "episode_length_mean20": float(np.mean(lengths[-20:])) if lengths else None})
+                if progress_every and learner.updates % progress_every == 0:
+                    r = out[-1]
+                    print(f"probe {env} lr {lr:g} seed {seed}: update {r['update']}, entropy {r['entropy']:.3g}, "
+                          f"gradient norm {r['grad_norm']:.3g}, logit gap {r['logit_gap_after']:.3g}", flush=True)
             b = sim.recv()
     finally:
         sim.close()
@@ -297,11 +317,43 @@ def plot(probe_rows: list[dict[str, float]], title: str, out_png: str) -> None:
     plt.close(fig)
 
 
+def learn_overrides(text: str) -> dict[str, Any]:
+    """'clip_norm=0.1,lr_adapt=kl' -> typed LearnConfig values; an unknown name or a bad value is an error."""
+    from ba3c.config import LearnConfig
+
+    kinds = {f.name: type(getattr(LearnConfig(), f.name)) for f in dataclasses.fields(LearnConfig)}
+    out: dict[str, Any] = {}
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        name, sep, value = item.partition("=")
+        if not sep or name not in kinds:
+            raise argparse.ArgumentTypeError(f"{item!r}: give NAME=VALUE with NAME one of {', '.join(sorted(kinds))}")
+        try:
+            out[name] = kinds[name](value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: {name} takes a {kinds[name].__name__}") from None
+    return out
+
+
+def write_rows(rows: list[dict[str, Any]], path: str) -> None:
+    """Every update of one probe run (the plotted one), one CSV row each."""
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v[0]}:{v[1]:.6g}" if isinstance(v, list) else v) for k, v in r.items()})
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--probe-lrs", default="0.06,0.01", help="learning rates of the synchronous probe")
     ap.add_argument("--probe-seeds", default="0,1")
     ap.add_argument("--probe-updates", type=int, default=600)
+    ap.add_argument("--probe-env", default="CartPole-v1",
+                    help="game of the synchronous probe: CartPole-v1, or an Atari game (e.g. boxing) with the trainer's "
+                         "default model, batch and clipped rewards")
+    ap.add_argument("--probe-learn", default="", type=learn_overrides,
+                    help="other LearnConfig values for the probe, NAME=VALUE,... (e.g. clip_norm=0.1,lr_adapt=kl)")
+    ap.add_argument("--name", default="collapse-diagnosis", help="file stem of the JSON and PNG written to --out")
     ap.add_argument("--guard-seeds", default="0,1,2,3", help="seeds of part 3 ('' skips it)")
     ap.add_argument("--pong-checkpoints", default="", help="checkpoint folder of the collapsed gb2048 Pong run (part 4)")
     ap.add_argument("--runs", default="", help="NAME=RUN_DIR,... trainer runs to summarise (part 5)")
@@ -315,9 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     first_collapsing = None
     for lr in (float(x) for x in a.probe_lrs.split(",") if x):
         for seed in (int(x) for x in a.probe_seeds.split(",") if x):
-            rows = probe(lr, a.probe_updates, seed)
+            rows = probe(lr, a.probe_updates, seed, a.probe_env, progress_every=100, learn=a.probe_learn)
             s = summarize_probe(rows)
-            result["probe"].append({"lr": lr, "seed": seed, **s})
+            result["probe"].append({"env": a.probe_env, "lr": lr, "seed": seed, "learn": a.probe_learn, **s})
             print(f"probe lr {lr:g} seed {seed}: first entropy < 1e-3 at update {s['first_update_entropy_below_1e-3']}, "
                   f"final entropy {s['final_entropy_mean_last20']:.2g}, episodes {s['final_episode_length_mean20']} steps",
                   flush=True)
@@ -325,7 +377,10 @@ def main(argv: list[str] | None = None) -> int:
                 first_collapsing = (lr, seed, rows)
     if first_collapsing:
         lr, seed, rows = first_collapsing
-        plot(rows, f"CartPole A2C, Adam lr {lr:g}, seed {seed}: synchronous probe", os.path.join(a.out, "collapse-diagnosis.png"))
+        extra = "".join(f", {k} {v}" for k, v in a.probe_learn.items())
+        plot(rows, f"{a.probe_env} A2C, Adam lr {lr:g}{extra}, seed {seed}: synchronous probe",
+             os.path.join(a.out, f"{a.name}.png"))
+        write_rows(rows, os.path.join(a.out, f"{a.name}-probe.csv"))
     if a.guard_seeds:
         with tempfile.TemporaryDirectory(prefix="collapse-") as work:
             for seed in (int(x) for x in a.guard_seeds.split(",")):
@@ -341,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.runs:
         result["runs"] = {name: run_summary(d) for name, d in (x.split("=", 1) for x in a.runs.split(","))}
         plot_runs(result["runs"], os.path.join(a.out, "collapse-guard-runs.png"))
-    with open(os.path.join(a.out, "collapse-diagnosis.json"), "w") as fh:
+    with open(os.path.join(a.out, f"{a.name}.json"), "w") as fh:
         json.dump(result, fh, indent=1)
     return 0
 

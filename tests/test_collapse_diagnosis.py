@@ -1,9 +1,13 @@
 """benchmarks/collapse_diagnosis.py, small: the committed runs' collapse rows and a short synchronous probe."""
 from __future__ import annotations
 
+import argparse
+import csv
 import json
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT, subprocess_env
 
@@ -26,3 +30,18 @@ def test_collapse_diagnosis_smoke(tmp_path):
     assert probe["first_update_entropy_below_1e-3"] is not None, probe
     assert (tmp_path / "collapse-diagnosis.png").stat().st_size > 1000
     assert len(probe["before_vs_burst"]["burst_logit_gap_after"]) == probe["before_vs_burst"]["burst_updates"]
+    # every update of the plotted run, one CSV row each, with the heads' extremes and the layer that moved most
+    rows = list(csv.DictReader(open(tmp_path / "collapse-diagnosis-probe.csv")))
+    assert [int(r["update"]) for r in rows] == list(range(1, 101))
+    assert all(float(r["logit_abs_max_after"]) >= 0 and ":" in r["largest_layer_step"] for r in rows)
+    assert probe["env"] == "CartPole-v1" and probe["learn"] == {}
+
+
+def test_probe_learn_overrides():
+    from benchmarks.collapse_diagnosis import learn_overrides
+
+    assert learn_overrides("clip_norm=0.1, lr_adapt=kl") == {"clip_norm": 0.1, "lr_adapt": "kl"}
+    assert learn_overrides("") == {}
+    for bad, says in (("clip_nrom=0.1", "NAME one of"), ("clip_norm", "NAME one of"), ("n_step=five", "takes a int")):
+        with pytest.raises(argparse.ArgumentTypeError, match=says):
+            learn_overrides(bad)
