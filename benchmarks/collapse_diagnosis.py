@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"date": harness.now(), "machine": harness.machine(),
                               "breakout_collapsed_run": breakout_rows(), "committed_runs": committed_collapses(),
                               "probe": [], "guard": [], "pong_gb2048": None}
-    first_collapsing = None
+    runs: list[tuple[float, int, list[dict[str, Any]], bool]] = []
     for lr in (float(x) for x in a.probe_lrs.split(",") if x):
         for seed in (int(x) for x in a.probe_seeds.split(",") if x):
             rows = probe(lr, a.probe_updates, seed, a.probe_env, progress_every=100, learn=a.probe_learn)
@@ -373,10 +373,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"probe lr {lr:g} seed {seed}: first entropy < 1e-3 at update {s['first_update_entropy_below_1e-3']}, "
                   f"final entropy {s['final_entropy_mean_last20']:.2g}, episodes {s['final_episode_length_mean20']} steps",
                   flush=True)
-            if first_collapsing is None and s["first_update_entropy_below_1e-3"]:
-                first_collapsing = (lr, seed, rows)
-    if first_collapsing:
-        lr, seed, rows = first_collapsing
+            runs.append((lr, seed, rows, s["first_update_entropy_below_1e-3"] is not None))
+    if runs:  # plotted: the first run that collapsed, else the first run
+        lr, seed, rows, _ = next((r for r in runs if r[3]), runs[0])
         extra = "".join(f", {k} {v}" for k, v in a.probe_learn.items())
         plot(rows, f"{a.probe_env} A2C, Adam lr {lr:g}{extra}, seed {seed}: synchronous probe",
              os.path.join(a.out, f"{a.name}.png"))
