@@ -121,13 +121,17 @@ def probe(lr: float, updates: int, seed: int, env: str = "CartPole-v1", progress
     out: list[dict[str, Any]] = []
     lengths: list[int] = []
 
-    def heads(obs: np.ndarray) -> tuple[float, float, float]:
-        """The batch's mean logit gap (largest minus second largest), largest |logit| and largest |value|."""
+    def heads(obs: np.ndarray) -> tuple[float, float, float, int, float]:
+        """The batch's mean logit gap (largest minus second largest), largest |logit|, largest |value|, and
+        the action most often the argmax with the share of the batch it is the argmax on."""
         logits, values = (np.asarray(x) for x in model(obs)[:2])
         top2 = np.sort(logits, axis=1)[:, -2:]
-        return float(np.mean(top2[:, 1] - top2[:, 0])), float(np.max(np.abs(logits))), float(np.max(np.abs(values)))
+        counts = np.bincount(np.argmax(logits, axis=1), minlength=logits.shape[1])
+        return (float(np.mean(top2[:, 1] - top2[:, 0])), float(np.max(np.abs(logits))), float(np.max(np.abs(values))),
+                int(np.argmax(counts)), float(np.max(counts) / len(logits)))
 
     b = sim.reset(seed)
+    steps = 0  # agent steps played by each environment (synchronous: all alike)
     try:
         while learner.updates < updates:
             logits, values = predict(b.obs)
@@ -136,16 +140,19 @@ def probe(lr: float, updates: int, seed: int, env: str = "CartPole-v1", progress
             batches, episodes = exp.add(b, values, actions, learner.updates)
             lengths += [e.length for e in episodes]
             for tb in batches:
-                before, (gap_before, _, _) = [w.numpy().copy() for w in model.weights], heads(tb.obs)
+                before, gap_before = [w.numpy().copy() for w in model.weights], heads(tb.obs)[0]
                 st = learner.train(tb)
                 layer_steps = [float(np.sqrt(np.sum((w.numpy() - x) ** 2))) for w, x in zip(model.weights, before)]
-                gap_after, logit_max, value_max = heads(tb.obs)
+                gap_after, logit_max, value_max, top_action, top_share = heads(tb.obs)
                 big = int(np.argmax(layer_steps))
                 out.append({"update": learner.updates, "entropy": st.entropy, "grad_norm": st.grad_norm,
                             "policy_loss": st.policy_loss, "value_loss": st.value_loss,
                             "adv_abs_mean": float(np.mean(np.abs(tb.advantages))), "logit_gap_before": gap_before,
                             "logit_gap_after": gap_after, "logit_abs_max_after": logit_max,
-                            "value_abs_max_after": value_max,
+                            "value_abs_max_after": value_max, "argmax_action_after": top_action,
+                            "argmax_share_after": top_share, "return_mean": float(np.mean(tb.returns)),
+                            "sampled_action_share": float(np.max(np.bincount(tb.actions)) / len(tb.actions)),
+                            "env_steps": steps, "episodes_ended": len(lengths),
                             "weight_step": float(np.sqrt(sum(x * x for x in layer_steps))),
                             "largest_layer_step": [getattr(model.weights[big], "path", model.weights[big].name),
                                                    layer_steps[big]],
@@ -155,6 +162,7 @@ def probe(lr: float, updates: int, seed: int, env: str = "CartPole-v1", progress
                     print(f"probe {env} lr {lr:g} seed {seed}: update {r['update']}, entropy {r['entropy']:.3g}, "
                           f"gradient norm {r['grad_norm']:.3g}, logit gap {r['logit_gap_after']:.3g}", flush=True)
             b = sim.recv()
+            steps += 1
     finally:
         sim.close()
     return out
