@@ -174,7 +174,9 @@ def write(result: TimeToScore, out_dir: str, tag: str) -> None:
 # progress.csv's columns kept with the results: the curve and what the collapse guard watches (the run's
 # own progress.csv has ~45 columns; a 40 M-frame run's is 600 kB)
 KEPT_PROGRESS_COLUMNS = ("time_s", "cpu_s", "frames", "updates", "episodes", "return_mean20", "episode_length_mean",
-                         "frames_per_s", "policy_loss", "value_loss", "entropy", "grad_norm", "lr", "guard", "rollbacks")
+                         "frames_per_s", "policy_loss", "value_loss", "entropy", "grad_norm", "lr", "guard", "rollbacks",
+                         # feature health (ba3c.model.HealthProbe): a trunk whose units die shows here
+                         "units_active", "feature_std", "logit_std", "value_std")
 
 
 def keep_progress(src: str, dst: str) -> None:
