@@ -2,13 +2,16 @@
 
     python -m benchmarks.collapse_diagnosis                                   # all parts below but the last
     python -m benchmarks.collapse_diagnosis --pong-checkpoints runs/batch_scaling/gb2048-sqrt/checkpoints
+    python -m benchmarks.collapse_diagnosis --probe-env boxing --probe-lrs 5e-4 --probe-seeds 0 --probe-updates 1500 \
+        --guard-seeds '' --probe-learn lr_adapt=kl --name collapse-probe-boxing-kl       # a variant on Boxing
 
 1. breakout: the committed Breakout run that collapsed (time_to_score-breakout-collapsed-progress.csv):
    its rows from just before the collapse to the end of that process. Stage timers are cumulative per
    process, so continuous t_env / t_predict show which rows one process wrote. And committed_runs:
    every row of the committed time-to-score runs whose (last update's) entropy is below 1e-3, with
    the rows around it and the run's medians.
-2. probe: CartPole A2C with ba3c's own pieces (simulator, predictor, n-step experience, Learner with
+2. probe: CartPole A2C (or, with --probe-env, an Atari game at the trainer's defaults; --probe-learn changes
+   LearnConfig values) with ba3c's own pieces (simulator, predictor, n-step experience, Learner with
    Adam and global-norm clipping) in one thread, so it is repeatable: every update's entropy, gradient
    norm (before clipping), losses, mean |advantage|, the batch's logit gap (largest minus second
    largest logit) before and after the update, and the size of the weight step.
