@@ -329,10 +329,12 @@ def plot(probe_rows: list[dict[str, float]], title: str, out_png: str) -> None:
 
 
 def learn_overrides(text: str) -> dict[str, Any]:
-    """'clip_norm=0.1,lr_adapt=kl' -> typed LearnConfig values; an unknown name or a bad value is an error."""
-    from ba3c.config import LearnConfig
+    """'clip_norm=0.1,lr_adapt=kl' -> typed LearnConfig values; an unknown name or a bad value is an error.
+    Values are checked by the trainer's own validation (ba3c.config.validate: choices, ranges)."""
+    from ba3c.config import Config, ConfigError, LearnConfig
 
-    kinds = {f.name: type(getattr(LearnConfig(), f.name)) for f in dataclasses.fields(LearnConfig)}
+    kinds = {f.name: {"int": int, "float": float, "str": str}[f.type] if isinstance(f.type, str) else f.type
+             for f in dataclasses.fields(LearnConfig)}
     out: dict[str, Any] = {}
     for item in (x.strip() for x in text.split(",") if x.strip()):
         name, sep, value = item.partition("=")
@@ -342,6 +344,10 @@ def learn_overrides(text: str) -> dict[str, Any]:
             out[name] = kinds[name](value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{item!r}: {name} takes a {kinds[name].__name__}") from None
+    try:
+        Config().replace(**out)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(f"--probe-learn: {e}") from None
     return out
 
 

@@ -45,3 +45,5 @@ def test_probe_learn_overrides():
     for bad, says in (("clip_nrom=0.1", "NAME one of"), ("clip_norm", "NAME one of"), ("n_step=five", "takes a int")):
         with pytest.raises(argparse.ArgumentTypeError, match=says):
             learn_overrides(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="lr-adapt: 'bogus' is not one of"):
+        learn_overrides("lr_adapt=bogus")  # the trainer's own validation: choices and ranges
