@@ -187,6 +187,17 @@ class AtariSimulator:
         n = len(info["env_id"])
         return self._batch((obs, np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), info))
 
+    def reset_some(self, mask: np.ndarray, seed: int) -> Batch:
+        """Start new games in the environments `mask` selects; the others keep theirs and report their current
+        observation. ALE allows this only with synchronous simulation (predict_batch == num_envs), after reset()."""
+        if self.predict_batch != self.num_envs:
+            raise ValueError(f"reset_some needs synchronous simulation (predict_batch {self.predict_batch} == num_envs "
+                             f"{self.num_envs})")
+        mask = np.asarray(mask, np.bool_)
+        obs, info = self._guard(lambda: self._env.reset(seed=seed, options={"reset_mask": mask}))
+        n = len(info["env_id"])
+        return self._batch((obs, np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), info))
+
     def recv(self) -> Batch:
         return self._batch(self._guard(self._env.recv))
 

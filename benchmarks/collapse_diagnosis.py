@@ -4,6 +4,8 @@
     python -m benchmarks.collapse_diagnosis --pong-checkpoints runs/batch_scaling/gb2048-sqrt/checkpoints
     python -m benchmarks.collapse_diagnosis --probe-env boxing --probe-lrs 5e-4 --probe-seeds 0 --probe-updates 1500 \
         --guard-seeds '' --probe-learn lr_adapt=kl --name collapse-probe-boxing-kl       # a variant on Boxing
+    python -m benchmarks.collapse_diagnosis --probe-env boxing --probe-lrs 5e-4 --probe-seeds 0 --probe-updates 1500 \
+        --guard-seeds '' --probe-decorrelate 1783 --name collapse-probe-boxing-decorrelated  # games out of step
 
 1. breakout: the committed Breakout run that collapsed (time_to_score-breakout-collapsed-progress.csv):
    its rows from just before the collapse to the end of that process. Stage timers are cumulative per
@@ -93,11 +95,13 @@ def committed_collapses(pattern: str = "time_to_score-*-progress.csv", floor: fl
 # ---------------------------------------------------------------- part 2: the synchronous probe
 
 def probe(lr: float, updates: int, seed: int, env: str = "CartPole-v1", progress_every: int = 0,
-          learn: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+          learn: dict[str, Any] | None = None, decorrelate: int = 0) -> list[dict[str, Any]]:
     """A2C in one thread (no policy lag, repeatable up to thread scheduling): one record per update.
     CartPole: the mlp, 8 environments, batch 40. An Atari game: the trainer's defaults (nature model, 32
     environments, batch 64, clipped rewards), played synchronously (all 32 per prediction). `learn`: other
-    LearnConfig values (e.g. clip_norm=0.1)."""
+    LearnConfig values (e.g. clip_norm=0.1). `decorrelate` (Atari): before the first update, environment i
+    plays k_i uniform random actions into a new game, k_i drawn from 0..decorrelate-1, so that games of a fixed
+    length (Boxing: 1,783 agent steps) do not all end, and start, at the same step."""
     from ba3c.tfquiet import import_tensorflow_quietly
 
     import_tensorflow_quietly()
@@ -134,6 +138,8 @@ def probe(lr: float, updates: int, seed: int, env: str = "CartPole-v1", progress
                 int(np.argmax(counts)), float(np.max(counts) / len(logits)))
 
     b = sim.reset(seed)
+    if decorrelate:
+        b = decorrelate_games(sim, decorrelate, rng, seed)
     steps = 0  # agent steps played by each environment (synchronous: all alike)
     try:
         while learner.updates < updates:
@@ -169,6 +175,20 @@ def probe(lr: float, updates: int, seed: int, env: str = "CartPole-v1", progress
     finally:
         sim.close()
     return out
+
+
+def decorrelate_games(sim: Any, span: int, rng: np.random.Generator, seed: int) -> Any:
+    """Random play for `span` steps, environment i restarted at step span-1-k_i (k_i uniform in 0..span-1), so
+    that each has played k_i steps of a new game at the end. Returns the last batch."""
+    k = rng.integers(0, span, sim.num_envs)
+    b = None
+    for t in range(span):
+        sim.send(rng.integers(0, sim.num_actions, sim.num_envs))
+        b = sim.recv()
+        mask = k == span - 1 - t
+        if mask.any():
+            b = sim.reset_some(mask, seed + 1 + t)
+    return b
 
 
 def summarize_probe(rows: list[dict[str, float]], floor: float = 1e-3, burst: int = 24) -> dict[str, Any]:
@@ -370,12 +390,22 @@ def main(argv: list[str] | None = None) -> int:
                          "default model, batch and clipped rewards")
     ap.add_argument("--probe-learn", default="", type=learn_overrides,
                     help="other LearnConfig values for the probe, NAME=VALUE,... (e.g. clip_norm=0.1,lr_adapt=kl)")
+    ap.add_argument("--probe-decorrelate", type=int, default=0, metavar="STEPS",
+                    help="Atari probe only: before training, environment i plays a random 0..STEPS-1 agent steps into "
+                         "a new game (random actions), so that fixed-length games are out of step (Boxing: 1783)")
     ap.add_argument("--name", default="collapse-diagnosis", help="file stem of the JSON and PNG written to --out")
     ap.add_argument("--guard-seeds", default="0,1,2,3", help="seeds of part 3 ('' skips it)")
     ap.add_argument("--pong-checkpoints", default="", help="checkpoint folder of the collapsed gb2048 Pong run (part 4)")
     ap.add_argument("--runs", default="", help="NAME=RUN_DIR,... trainer runs to summarise (part 5)")
     ap.add_argument("--out", default=harness.RESULTS)
     a = ap.parse_args(argv)
+    if a.probe_decorrelate < 0:
+        ap.error(f"--probe-decorrelate must be >= 0, got {a.probe_decorrelate}")
+    if a.probe_decorrelate:
+        from ba3c.simulators import resolve_env
+
+        if resolve_env(a.probe_env).kind != "atari":
+            ap.error(f"--probe-decorrelate needs an Atari --probe-env (ALE restarts single games), got {a.probe_env}")
     harness.exit_on_sigterm()
     os.makedirs(a.out, exist_ok=True)
     result: dict[str, Any] = {"date": harness.now(), "machine": harness.machine(),
@@ -384,9 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[tuple[float, int, list[dict[str, Any]], bool]] = []
     for lr in (float(x) for x in a.probe_lrs.split(",") if x):
         for seed in (int(x) for x in a.probe_seeds.split(",") if x):
-            rows = probe(lr, a.probe_updates, seed, a.probe_env, progress_every=100, learn=a.probe_learn)
+            rows = probe(lr, a.probe_updates, seed, a.probe_env, progress_every=100, learn=a.probe_learn,
+                         decorrelate=a.probe_decorrelate)
             s = summarize_probe(rows)
-            result["probe"].append({"env": a.probe_env, "lr": lr, "seed": seed, "learn": a.probe_learn, **s})
+            result["probe"].append({"env": a.probe_env, "lr": lr, "seed": seed, "learn": a.probe_learn,
+                                    "decorrelate_steps": a.probe_decorrelate, **s})
             print(f"probe lr {lr:g} seed {seed}: first entropy < 1e-3 at update {s['first_update_entropy_below_1e-3']}, "
                   f"final entropy {s['final_entropy_mean_last20']:.2g}, episodes {s['final_episode_length_mean20']} steps",
                   flush=True)
@@ -394,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     if runs:  # plotted: the first run that collapsed, else the first run
         lr, seed, rows, _ = next((r for r in runs if r[3]), runs[0])
         extra = "".join(f", {k} {v}" for k, v in a.probe_learn.items())
+        extra += f", games decorrelated over {a.probe_decorrelate} steps" if a.probe_decorrelate else ""
         plot(rows, f"{a.probe_env} A2C, Adam lr {lr:g}{extra}, seed {seed}: synchronous probe",
              os.path.join(a.out, f"{a.name}.png"))
         write_rows(rows, os.path.join(a.out, f"{a.name}-probe.csv"))

@@ -47,3 +47,37 @@ def test_probe_learn_overrides():
             learn_overrides(bad)
     with pytest.raises(argparse.ArgumentTypeError, match="lr-adapt: 'bogus' is not one of"):
         learn_overrides("lr_adapt=bogus")  # the trainer's own validation: choices and ranges
+
+
+def test_decorrelate_games_puts_fixed_length_games_out_of_step():
+    """Boxing's games last a fixed 1,783 agent steps, so environments started together stay in step for the whole
+    run; the probe's --probe-decorrelate restarts each one a random number of steps before training begins."""
+    import numpy as np
+
+    from benchmarks.collapse_diagnosis import decorrelate_games
+    from ba3c.simulators import ATARI, make_simulator, resolve_env
+
+    span, n = 300, 6
+    sim = make_simulator(resolve_env("boxing"), n, n, 1, 108_000)
+    try:
+        sim.reset(0)
+        b = decorrelate_games(sim, span, np.random.default_rng(3), 0)
+        k = np.random.default_rng(3).integers(0, span, n)  # the steps each environment played into its new game
+        assert list(b.env_ids) == list(range(n))
+        # each game's frame number: its k agent steps (4 frames each) plus its 0-30 no-op start and the FIRE reset
+        slack = ATARI.frameskip * (ATARI.noop_max + 2)
+        assert np.all(np.abs(b.episode_frame - ATARI.frameskip * k) <= slack), (b.episode_frame, k)
+        assert np.ptp(b.episode_frame) > 2 * slack  # out of step by more than the no-op starts put them
+    finally:
+        sim.close()
+    sim = make_simulator(resolve_env("boxing"), 4, 2, 1, 108_000)  # asynchronous: ALE cannot restart single games
+    try:
+        sim.reset(0)
+        with pytest.raises(ValueError, match="synchronous simulation"):
+            sim.reset_some(np.ones(4, bool), 0)
+    finally:
+        sim.close()
+    p = subprocess.run([sys.executable, "-m", "benchmarks.collapse_diagnosis", "--probe-decorrelate", "100",
+                        "--guard-seeds", ""], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "needs an Atari --probe-env" in p.stderr
