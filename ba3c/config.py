@@ -219,13 +219,18 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def field_type(f: Any) -> type:
+    """The Python type of a config dataclass field (annotations are strings under `from __future__ import annotations`)."""
+    return f.type if isinstance(f.type, type) else {"int": int, "float": float, "str": str}[f.type]
+
+
 def validate(cfg: Config) -> None:
     """Reject configurations that cannot run, naming the option and what would be valid."""
     s, l, r = cfg.sim, cfg.learn, cfg.run
     for group in (s, l, r):
         for f in fields(group):
             v = getattr(group, f.name)
-            want = f.type if isinstance(f.type, type) else {"int": int, "float": float, "str": str}[f.type]
+            want = field_type(f)
             if want is float and isinstance(v, int) and not isinstance(v, bool):
                 continue
             if not isinstance(v, want) or isinstance(v, bool):
@@ -340,8 +345,7 @@ def build_parser(prog: str = "python -m ba3c.train") -> argparse.ArgumentParser:
     for gname, cls in _GROUPS.items():
         grp = p.add_argument_group(gname, cls.__doc__)
         for f in fields(cls):
-            kind = {"int": int, "float": float, "str": str}[f.type] if isinstance(f.type, str) else f.type
-            grp.add_argument(_flag(f.name), dest=f.name, type=kind, default=argparse.SUPPRESS,
+            grp.add_argument(_flag(f.name), dest=f.name, type=field_type(f), default=argparse.SUPPRESS,
                              choices=f.metadata.get("choices"),
                              help=f"{f.metadata['help']} (default: {f.default!r})")
     return p

@@ -183,7 +183,11 @@ class AtariSimulator:
                      np.asarray(info["episode_frame_number"], np.int64))
 
     def reset(self, seed: int) -> Batch:
-        obs, info = self._guard(lambda: self._env.reset(seed=seed))
+        return self._fresh(self._guard(lambda: self._env.reset(seed=seed)))
+
+    def _fresh(self, out: tuple) -> Batch:
+        """The batch of a reset: no reward, nothing ended."""
+        obs, info = out
         n = len(info["env_id"])
         return self._batch((obs, np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), info))
 
@@ -194,9 +198,7 @@ class AtariSimulator:
             raise ValueError(f"reset_some needs synchronous simulation (predict_batch {self.predict_batch} == num_envs "
                              f"{self.num_envs})")
         mask = np.asarray(mask, np.bool_)
-        obs, info = self._guard(lambda: self._env.reset(seed=seed, options={"reset_mask": mask}))
-        n = len(info["env_id"])
-        return self._batch((obs, np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), info))
+        return self._fresh(self._guard(lambda: self._env.reset(seed=seed, options={"reset_mask": mask})))
 
     def recv(self) -> Batch:
         return self._batch(self._guard(self._env.recv))

@@ -137,11 +137,11 @@ def probe(lr: float, updates: int, seed: int, env: str = "CartPole-v1", progress
         return (float(np.mean(top2[:, 1] - top2[:, 0])), float(np.max(np.abs(logits))), float(np.max(np.abs(values))),
                 int(np.argmax(counts)), float(np.max(counts) / len(logits)))
 
-    b = sim.reset(seed)
-    if decorrelate:
-        b = decorrelate_games(sim, decorrelate, rng, seed)
     steps = 0  # agent steps played by each environment (synchronous: all alike)
     try:
+        b = sim.reset(seed)
+        if decorrelate:
+            b = decorrelate_games(sim, decorrelate, rng, seed)
         while learner.updates < updates:
             logits, values = predict(b.obs)
             actions = sample_actions(logits, rng)
@@ -351,10 +351,9 @@ def plot(probe_rows: list[dict[str, float]], title: str, out_png: str) -> None:
 def learn_overrides(text: str) -> dict[str, Any]:
     """'clip_norm=0.1,lr_adapt=kl' -> typed LearnConfig values; an unknown name or a bad value is an error.
     Values are checked by the trainer's own validation (ba3c.config.validate: choices, ranges)."""
-    from ba3c.config import Config, ConfigError, LearnConfig
+    from ba3c.config import Config, ConfigError, LearnConfig, field_type
 
-    kinds = {f.name: {"int": int, "float": float, "str": str}[f.type] if isinstance(f.type, str) else f.type
-             for f in dataclasses.fields(LearnConfig)}
+    kinds = {f.name: field_type(f) for f in dataclasses.fields(LearnConfig)}
     out: dict[str, Any] = {}
     for item in (x.strip() for x in text.split(",") if x.strip()):
         name, sep, value = item.partition("=")
