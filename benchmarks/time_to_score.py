@@ -11,8 +11,10 @@ Runs `python -m ba3c.train` as a child process and follows its CSVs. `--criterio
 (default): the trainer evaluates its policy every `--eval-every-frames` (by default with the
 paper's protocol, `--eval-episodes` episodes, eval.csv, whose `policy` column names the protocol)
 and the target is met when an evaluation mean reaches it. `--criterion train20`: the mean training return of the last 20 episodes (sampled
-policy, progress.csv). The child is stopped with SIGTERM (it checkpoints first) at the target or
-when the time budget is spent. Writes benchmarks/results/time_to_score-GAME[-TAG].json, the curve
+policy, progress.csv). The child is stopped with SIGTERM (it checkpoints first) at the target; the
+time budget it keeps itself (`--max-minutes`), so a trainer that reaches --total-frames within the
+budget still finishes and records its last periodic evaluations (the harness allows
+`--final-eval-minutes` more before it ends the child). Writes benchmarks/results/time_to_score-GAME[-TAG].json, the curve
 PNG, the run's config and its CSVs (eval.csv, events.csv, and progress.csv's main columns). Core-hours are the CPU seconds all ranks used (progress.csv's cpu_s), so
 they stay honest on a shared machine; where a run has no cpu_s the JSON says the figure is wall x cores.
 """
@@ -84,6 +86,10 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
                    help="cap on start-up (launch to the first progress row), minutes: a bound on a broken start")
     p.add_argument("--max-hours", type=float, default=3.0,
                    help="time budget, from the trainer's first progress row of this invocation (start-up excluded)")
+    p.add_argument("--final-eval-minutes", type=float, default=30.0,
+                   help="past the budget, how long a trainer that finished its frames may still play its last "
+                        "periodic evaluations before it is stopped (a backstop; a trainer stopped by the budget "
+                        "gives them up at once)")
     p.add_argument("--total-frames", type=int, default=40_000_000)
     p.add_argument("--run-dir", default="")
     p.add_argument("--out-dir", default=harness.RESULTS)
@@ -105,6 +111,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
     target = args.target if args.target is not None else PAPER_TARGETS.get(args.env.lower())
     if target is None:
         p.error(f"--target is required for {args.env} (paper thresholds exist for {', '.join(PAPER_TARGETS)})")
+    if args.max_hours <= 0 or args.final_eval_minutes < 0:
+        p.error("--max-hours must be > 0 and --final-eval-minutes >= 0")
     if args.state_dir and not args.run_dir:
         p.error("--state-dir needs --run-dir (where the kept state is continued)")
     has_run = any(os.path.exists(os.path.join(d, "config.json")) for d in (args.run_dir, args.state_dir) if d)
@@ -122,6 +130,10 @@ def trainer_command(args: argparse.Namespace, run_dir: str, extra: list[str]) ->
                                     *extra)
     if args.criterion == "eval":
         cmd += ["--eval-every-frames", str(args.eval_every_frames), "--eval-episodes", str(args.eval_episodes)]
+    if not any(a == "--max-minutes" or a.startswith("--max-minutes=") for a in extra):
+        # The trainer keeps the budget itself: the harness's timeout cannot tell a trainer still training
+        # from one that finished and waits for its last evaluations (Pong's 19 M/20 M were lost that way).
+        cmd += ["--max-minutes", f"{args.max_hours * 60:.4f}"]
     return ["nice", "-n", str(args.nice), *cmd] if args.nice else cmd
 
 
@@ -203,13 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     print("time_to_score:", " ".join(cmd), flush=True)
     t0 = time.time()
 
-    def stop(_rows: list[list[Row]]) -> bool:  # at the target (the time budget is the job's run_timeout_s)
+    def stop(_rows: list[list[Row]]) -> bool:  # at the target (the trainer keeps the time budget)
         if args.train_past_target:
             return False
         return first_reach(harness.read_rows(os.path.join(run_dir, crit.file)), target, crit.column) is not None
 
     job = harness.TrainerJob(cmd, [run_dir], log_path=None, startup_timeout_s=args.startup_min * 60,
-                             run_timeout_s=args.max_hours * 3600, poll_s=2.0)
+                             run_timeout_s=(args.max_hours * 60 + args.final_eval_minutes) * 60, poll_s=2.0)
     try:
         run = harness.launch(job, stop)
         if run.outcome == "startup timeout":

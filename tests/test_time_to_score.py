@@ -74,3 +74,15 @@ def test_resume_needs_a_run_or_a_kept_state(tmp_path):
                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--state-dir holding a kept state" in p.stderr
     assert not (tmp_path / "none").exists()
+
+
+def test_the_trainer_keeps_the_budget_itself():
+    """The budget goes to the trainer as --max-minutes (it gives up evaluations when it runs out), unless
+    the caller set one; a trainer that finished its frames is then left time for its last evaluations."""
+    from benchmarks import time_to_score as tts
+    args, extra, _ = tts.parse(["--env", "pong", "--max-hours", "1.5", "--run-dir", "r"])
+    cmd = tts.trainer_command(args, "r", extra)
+    assert cmd[cmd.index("--max-minutes") + 1] == "90.0000"
+    args, extra, _ = tts.parse(["--env", "pong", "--max-hours", "1.5", "--run-dir", "r", "--", "--max-minutes", "5"])
+    cmd = tts.trainer_command(args, "r", extra)
+    assert cmd.count("--max-minutes") == 1 and cmd[cmd.index("--max-minutes") + 1] == "5"
