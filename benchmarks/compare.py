@@ -5,7 +5,8 @@
 Reads every evaluation JSON written by `python -m ba3c.evaluate` (files tagged with
 "schema": "ba3c-eval/1") found under the given files or directories (default:
 benchmarks/results/ and runs/), and writes OUT/SCORES.md (a table per game and policy) and
-OUT/scores.png (one bar chart per game). Published numbers come only from the CSV file, with
+OUT/scores.png (one bar chart per game), and with --readme FILE the same table into FILE between
+two marker lines. Published numbers come only from the CSV file, with
 their protocol and citation. When one game and policy has several evaluations, the one of the
 checkpoint with the most training frames is shown (the newest evaluation on a tie).
 """
@@ -30,6 +31,7 @@ SOURCES = ("ba3c_paper", "gorila", "a2c_zoo", "ppo_cleanrl", "human", "random")
 SOURCE_TITLES = {"ba3c_paper": "BA3C paper", "gorila": "Gorila", "a2c_zoo": "A2C, 40M frames (SB3 zoo)",
                  "ppo_cleanrl": "PPO, 40M frames (CleanRL)", "human": "Human", "random": "Random"}
 STANDARD_MAX_EPISODE_FRAMES = 108_000  # ba3c.evaluate's default: 30 minutes of play
+README_BEGIN, README_END = "<!-- scores table: benchmarks/compare.py --readme -->", "<!-- end of scores table -->"
 MAX_JSON_BYTES = 5_000_000  # evaluation files are small; skip anything big found while walking runs/
 
 
@@ -155,14 +157,11 @@ def _frames(f: int | None) -> str:
     return "–" if f is None else f"{f / 1e6:.1f}M" if f >= 1e5 else f"{f:,}"
 
 
-def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]], published_path: str) -> str:
+def render_table(rows: list[Row]) -> list[str]:
+    """The scores table, one Markdown line per row (SCORES.md's and the README's)."""
     head = ["Game", "Ours (mean ± std)", "Our protocol", "Episodes", "Frames", "Train wall (h)", "Core-hours",
             *(SOURCE_TITLES[s] for s in SOURCES), "Ours, human-normalized"]
-    lines = ["# Scores", "",
-             "Our numbers: `python -m ba3c.evaluate` (raw game score of full games, up to 30 no-op starts, "
-             "no sticky actions, episodes capped at 108,000 frames unless noted). Published numbers: "
-             f"`{_display(published_path)}`. Protocols differ, so read the comparison with them in mind (see the notes).", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         hn = human_normalized(r.mean, r.published.get("human"), r.published.get("random"))
         ours_protocol = ", ".join(x for x in (r.policy, r.protocol_note) if x)
@@ -171,6 +170,29 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
                  _num(r.core_hours, "{:,.2f}"), *(_num(r.published.get(s)) for s in SOURCES),
                  _num(hn, "{:,.0f}%")]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def fill_readme(path: str | Path, table: list[str]) -> None:
+    """Replace what lies between README_BEGIN and README_END in `path` with `table` (written beside, then
+    renamed over, so a crash leaves the old file whole)."""
+    text = Path(path).read_text()
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < begin:
+        raise CompareError(f"{path} has no scores section: put the lines {README_BEGIN} and {README_END} "
+                           f"(in this order) where the table belongs")
+    head = text[:begin + len(README_BEGIN)]
+    tmp = Path(str(path) + ".new")
+    tmp.write_text(head + "\n\n" + "\n".join(table) + "\n\n" + text[end:])  # blank lines: Markdown ends the table
+    os.replace(tmp, path)
+
+
+def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]], published_path: str) -> str:
+    lines = ["# Scores", "",
+             "Our numbers: `python -m ba3c.evaluate` (raw game score of full games, up to 30 no-op starts, "
+             "no sticky actions, episodes capped at 108,000 frames unless noted). Published numbers: "
+             f"`{_display(published_path)}`. Protocols differ, so read the comparison with them in mind (see the notes).", "",
+             *render_table(rows)]
     lines += ["", "## Notes", ""]
     shown = {s for r in rows for s in r.published}
     for s in SOURCES:
@@ -237,10 +259,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(default: benchmarks/results and runs)")
     p.add_argument("--published", default=str(DEFAULT_PUBLISHED), help="CSV of published scores")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="directory for SCORES.md and scores.png")
+    p.add_argument("--readme", default="", help="also write the table into this file, between the lines "
+                   f"'{README_BEGIN}' and '{README_END}'")
     args = p.parse_args(argv)
-    missing = [x for x in args.paths if not os.path.exists(x)]
+    missing = [x for x in [*args.paths, *([args.readme] if args.readme else [])] if not os.path.exists(x)]
     if missing:
         print(f"compare: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if args.readme and README_BEGIN not in Path(args.readme).read_text():
+        print(f"compare: error: {args.readme} has no line {README_BEGIN}: add it (and {README_END}) where the table "
+              f"belongs", file=sys.stderr)
         return 2
     paths = args.paths or [str(x) for x in DEFAULT_PATHS]
     try:
@@ -257,7 +285,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "SCORES.md").write_text(render_markdown(rows, published, args.published))
     plot(rows, out / "scores.png")
-    print(f"compare: {len(rows)} row(s) -> {out / 'SCORES.md'}, {out / 'scores.png'}")
+    if args.readme:
+        try:
+            fill_readme(args.readme, render_table(rows))
+        except CompareError as e:
+            print(f"compare: error: {e}", file=sys.stderr)
+            return 2
+    print(f"compare: {len(rows)} row(s) -> {out / 'SCORES.md'}, {out / 'scores.png'}"
+          + (f", {args.readme}" if args.readme else ""))
     return 0
 
 

@@ -124,7 +124,10 @@ def evaluate(args: argparse.Namespace, g: Game) -> None:
            str(args.final_episodes), "--policy", "paper", "--json", eval_path(args, g)]
     print("paper_games:", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, env=harness.child_env())
-    compare.main([args.out, "--out", args.out])
+    # The README's table shows the committed results: refreshed only when they are what was written.
+    readme = os.path.join(harness.ROOT, "README.md")
+    same = os.path.abspath(args.out) == os.path.abspath(harness.RESULTS)
+    compare.main([args.out, "--out", args.out, *(["--readme", readme] if same else [])])
 
 
 def print_status(rows: list[Standing]) -> None:

@@ -358,6 +358,30 @@ def test_scores_table_names_the_paper_protocol(tmp_path):
     assert "| Breakout | 300.0 ± 1.5 | paper, cap 40,000 agent steps |" in md and "anti-stuck rule" in md
 
 
+def test_compare_fills_the_readme_table_between_its_markers(tmp_path, capsys):
+    cmp = load_compare()
+    (tmp_path / "eval-paper.json").write_text(json.dumps(fake_eval("breakout", "paper", 300.0, 9_000_000, "2026-12-01")))
+    readme = tmp_path / "README.md"
+    text = f"# Title\n\nbefore\n\n{cmp.README_BEGIN}\n\n| old | table |\n\n{cmp.README_END}\n\nafter\n"
+    readme.write_text(text)
+    out = tmp_path / "out"
+    assert cmp.main([str(tmp_path / "eval-paper.json"), "--out", str(out), "--readme", str(readme)]) == 0
+    new = readme.read_text()
+    assert "| old | table |" not in new and new.startswith("# Title\n\nbefore\n\n") and new.endswith("\n\nafter\n")
+    table = new[new.index(cmp.README_BEGIN) + len(cmp.README_BEGIN):new.index(cmp.README_END)].strip().splitlines()
+    assert table[0].startswith("| Game |") and table[2].startswith("| Breakout | 300.0 ± 1.5 |")
+    assert all(line in (out / "SCORES.md").read_text().splitlines() for line in table)  # the same table
+    # again: the same file (the section is replaced, not added to)
+    assert cmp.main([str(tmp_path / "eval-paper.json"), "--out", str(out), "--readme", str(readme)]) == 0
+    assert readme.read_text() == new
+    # a file without the markers is an error that says what to add, and is left as it was
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers\n")
+    capsys.readouterr()
+    assert cmp.main([str(tmp_path / "eval-paper.json"), "--out", str(out), "--readme", str(plain)]) == 2
+    assert cmp.README_BEGIN in capsys.readouterr().err and plain.read_text() == "no markers\n"
+
+
 def test_checkpoint_with_unknown_options_is_one_line(tmp_path, capsys):
     """A checkpoint whose saved config has options this version lacks (a newer version, another branch):
     one line that names them all and says what to do, exit status 2, not a traceback."""
