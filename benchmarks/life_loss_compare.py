@@ -15,7 +15,10 @@ speed hits every variant alike. A run at --frames is done. Interrupted, or out o
 Compared at the same frames: the mean training return of the last 20 full games (sampled policy;
 one episode is one game with all its lives in both variants: progress.csv's return_mean20) at
 every --mark-every frames that every run has reached, per run and averaged over the seeds of each
-variant. Writes life_loss_compare-GAME.{json,png} and each run's progress.csv
+variant. With --eval-episodes N, once every run is at --frames, each run's final checkpoint is also
+evaluated with the paper's protocol (`python -m ba3c.evaluate --policy paper`, N games; a `terminal`
+run has FIRE pressed for it after a lost life, as it trained), and the scores join the comparison
+(the evaluation JSON stays in the run directory, so it never enters the scores table). Writes life_loss_compare-GAME.{json,png} and each run's progress.csv
 (life_loss_compare-GAME-VARIANT-sSEED-progress.csv) in --out, and prints the table.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -59,6 +63,7 @@ class RunResult:
     curve_frames: list[int]
     curve_return_mean20: list[float]
     curve_episode_length_mean: list[float]
+    evaluation: dict[str, Any] | None = None  # the paper protocol at the run's final checkpoint (--eval-episodes)
 
 
 def run_dir(args: argparse.Namespace, r: Run) -> str:
@@ -67,6 +72,44 @@ def run_dir(args: argparse.Namespace, r: Run) -> str:
 
 def progress_copy(args: argparse.Namespace, r: Run) -> str:
     return os.path.join(args.out, f"life_loss_compare-{args.env.lower()}-{r.name}-progress.csv")
+
+
+def eval_path(args: argparse.Namespace, r: Run) -> str:
+    return os.path.join(run_dir(args, r), "eval-paper-final.json")
+
+
+def read_evaluation(args: argparse.Namespace, r: Run) -> dict[str, Any] | None:
+    """The summary of the run's final evaluation: from its run directory, else as kept in the results JSON."""
+    if os.path.exists(eval_path(args, r)):
+        with open(eval_path(args, r)) as fh:
+            ev = json.load(fh)
+        return {"policy": ev["policy"], "episodes": ev["episodes"], "frames": ev["frames"], "mean": ev["score"]["mean"],
+                "std": ev["score"]["std"], "median": ev["score"]["median"], "truncated_episodes": ev.get("truncated_episodes"),
+                "fire_after_life_loss": ev["protocol"].get("fire_after_life_loss"), "eval_wall_s": ev.get("eval_wall_s")}
+    kept = os.path.join(args.out, f"life_loss_compare-{args.env.lower()}.json")
+    if os.path.exists(kept):
+        with open(kept) as fh:
+            old = {x["run"]: x.get("evaluation") for x in json.load(fh).get("runs", [])}
+        return old.get(r.name)
+    return None
+
+
+def evaluate_all(args: argparse.Namespace, runs: list[Run]) -> None:
+    """The paper's protocol, --eval-episodes games, on each finished run's final checkpoint (once per frames)."""
+    for r in runs:
+        done = read_evaluation(args, r)
+        if done is not None and done["frames"] >= args.frames and done["episodes"] >= args.eval_episodes:
+            continue
+        if not os.path.isdir(os.path.join(run_dir(args, r), "checkpoints")):
+            print(f"life_loss_compare: {r.name}: not evaluated: {run_dir(args, r)} holds no checkpoints", flush=True)
+            continue
+        cmd = [sys.executable, "-m", "ba3c.evaluate", run_dir(args, r), "--episodes", str(args.eval_episodes),
+               "--policy", "paper", "--json", eval_path(args, r)]
+        cmd = ["nice", "-n", str(args.nice), *cmd] if args.nice else cmd
+        print(f"life_loss_compare: {r.name}: evaluating; {' '.join(cmd)}", flush=True)
+        if subprocess.run(cmd, cwd=harness.ROOT, env=harness.child_env()).returncode != 0:
+            print(f"life_loss_compare: {r.name}: the evaluation failed (above); the comparison goes on without it",
+                  flush=True)
 
 
 def rows_of(args: argparse.Namespace, r: Run) -> list[Row]:
@@ -103,18 +146,18 @@ def turn(args: argparse.Namespace, r: Run, extra: list[str]) -> None:
     shutil.copy(os.path.join(d, "progress.csv"), progress_copy(args, r))
 
 
-def run_all(args: argparse.Namespace, runs: list[Run], extra: list[str]) -> None:
-    """Turns in alternating order until every run is at --frames or the time budget is spent."""
+def run_all(args: argparse.Namespace, runs: list[Run], extra: list[str]) -> bool:
+    """Turns in alternating order until every run is at --frames (True) or the time budget is spent."""
     t0, order = time.time(), list(runs)
     while True:
         todo = [r for r in order if frames_done(args, r) < args.frames]
         if not todo:
             print("life_loss_compare: every run is at --frames", flush=True)
-            return
+            return True
         for r in todo:
             if time.time() - t0 > args.max_hours * 3600:
                 print(f"life_loss_compare: --max-hours {args.max_hours} spent; run again to continue", flush=True)
-                return
+                return False
             turn(args, r, extra)
         order.reverse()
 
@@ -157,7 +200,7 @@ def summarize(args: argparse.Namespace, r: Run, marks: list[int]) -> RunResult |
                      float(last["time_s"]) / 3600, float(last["cpu_s"]) / 3600 if last.get("cpu_s") else None,
                      {str(m): at_mark(rows, m) for m in marks}, [int(x["frames"]) for x in curve],
                      [float(x["return_mean20"]) for x in curve],
-                     [float(x["episode_length_mean"] or "nan") for x in curve])
+                     [float(x["episode_length_mean"] or "nan") for x in curve], read_evaluation(args, r))
 
 
 def variant_means(results: list[RunResult], marks: list[int], variants: list[str], seeds: list[int]) -> dict[str, dict[str, float | None]]:
@@ -211,6 +254,13 @@ def analyze(args: argparse.Namespace, runs: list[Run], variants: list[str], seed
         vals = [per_run.get(r.name) for r in runs if r.variant == v]
         by_variant[v] = sum(vals) / len(vals) if vals and None not in vals else None  # type: ignore[arg-type]
     out["curve_mean_per_variant"] = by_variant
+    # the final evaluations, per variant where every seed has one at --frames
+    evals: dict[str, float | None] = {}
+    for v in variants:
+        mine = [x.evaluation for x in results if x.variant == v]
+        full = len(mine) == len(seeds) and all(e is not None and e["frames"] >= args.frames for e in mine)
+        evals[v] = sum(e["mean"] for e in mine) / len(mine) if full else None  # type: ignore[index]
+    out["final_eval_mean_per_variant"] = evals
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"life_loss_compare-{args.env.lower()}")
     with open(stem + ".json", "w") as fh:
@@ -230,6 +280,14 @@ def analyze(args: argparse.Namespace, runs: list[Run], variants: list[str], seed
         both = {**per_run, **{f"mean {v}": m for v, m in by_variant.items()}}
         print(f"mean-20 return averaged over the first {common:,} frames (every run has them): "
               + ", ".join(f"{k} {'-' if m is None else f'{m:.1f}'}" for k, m in both.items()))
+    for x in results:
+        if x.evaluation is not None:
+            e = x.evaluation
+            print(f"{x.run}: paper protocol at {e['frames']:,} frames, {e['episodes']} games: {e['mean']:.1f} +- "
+                  f"{e['std']:.1f} (median {e['median']:g}, {e['truncated_episodes']} cut at the cap)")
+    if any(m is not None for m in evals.values()):
+        print("final evaluation, mean over seeds: " + ", ".join(f"{v} {'-' if m is None else f'{m:.1f}'}"
+                                                             for v, m in evals.items()))
     print(f"wrote {stem}.json" + (" and .png" if curves else " (no finished games yet: no plot)"))
     return out
 
@@ -247,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nice", type=int, default=10)
     p.add_argument("--runs-dir", default="", help="default runs/life_loss_compare-GAME")
     p.add_argument("--out", default=harness.RESULTS)
+    p.add_argument("--eval-episodes", type=int, default=0,
+                   help="once every run is at --frames, evaluate each with the paper's protocol, this many games (0: off)")
     p.add_argument("--analyze-only", action="store_true")
     args, extra = p.parse_known_args(argv)
     args.extra = [a for a in extra if a != "--"]
@@ -254,14 +314,16 @@ def main(argv: list[str] | None = None) -> int:
     variants = [v for v in args.variants.split(",") if v]
     seeds = [int(s) for s in args.seeds.split(",") if s]
     bad = [v for v in variants if v not in VARIANTS]
-    if bad or not variants or not seeds or args.frames < 1 or args.mark_every < 1 or args.segment_minutes <= 0:
+    if (bad or not variants or not seeds or args.frames < 1 or args.mark_every < 1 or args.segment_minutes <= 0
+            or args.eval_episodes < 0):
         p.error(f"--variants from {', '.join(VARIANTS)}, at least one seed, positive --frames, --mark-every and "
-                f"--segment-minutes (got variants {variants}, seeds {seeds})")
+                f"--segment-minutes, --eval-episodes >= 0 (got variants {variants}, seeds {seeds})")
     runs = [Run(v, s) for s in seeds for v in variants]
     if not args.analyze_only:
         harness.exit_on_sigterm()
         try:
-            run_all(args, runs, args.extra)
+            if run_all(args, runs, args.extra) and args.eval_episodes:
+                evaluate_all(args, runs)
         except (KeyboardInterrupt, SystemExit):  # the trainer checkpointed (harness ends its group); keep what there is
             print("life_loss_compare: stopped; run again to continue", flush=True)
     analyze(args, runs, variants, seeds)

@@ -13,10 +13,10 @@ TINY = ["--", "--num-envs", "8", "--predict-batch", "4", "--train-batch", "32", 
         "--stats-interval-updates", "5"]
 
 
-def _compare(tmp_path, frames: int) -> subprocess.CompletedProcess:
+def _compare(tmp_path, frames: int, *more: str) -> subprocess.CompletedProcess:
     p = subprocess.run([sys.executable, "-m", "benchmarks.life_loss_compare", "--env", "breakout", "--frames",
                         str(frames), "--seeds", "3", "--segment-minutes", "5", "--mark-every", "1024", "--nice", "0",
-                        "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), *TINY],
+                        "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), *more, *TINY],
                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return p
@@ -26,7 +26,8 @@ def test_life_loss_compare_breakout(tmp_path):
     first = _compare(tmp_path, 1500)
     turns = [line.split(":")[1].strip() for line in first.stdout.splitlines() if "frames so far" in line]
     assert turns == ["ignore-s3", "terminal-s3"]
-    second = _compare(tmp_path, 3000)  # continues both runs from their checkpoints
+    assert "evaluating" not in first.stdout  # no --eval-episodes
+    second = _compare(tmp_path, 3000, "--eval-episodes", "2")  # continues both runs, then evaluates them
     assert [line.split(":")[1].strip() for line in second.stdout.splitlines() if "frames so far" in line] == \
         ["ignore-s3", "terminal-s3"]
     res = json.loads((tmp_path / "out" / "life_loss_compare-breakout.json").read_text())
@@ -38,6 +39,12 @@ def test_life_loss_compare_breakout(tmp_path):
         assert json.loads((d / "meta.json").read_text())["resumed_from_update"] > 0
         assert runs[name]["frames"] >= 3000 and runs[name]["seed"] == 3
         assert (tmp_path / "out" / f"life_loss_compare-breakout-{name}-progress.csv").exists()
+        ev = runs[name]["evaluation"]  # the paper protocol at the final checkpoint; its JSON stays in the run
+        assert ev["policy"] == "paper" and ev["episodes"] == 2 and ev["frames"] == runs[name]["frames"]
+        assert (d / "eval-paper-final.json").exists() and not list((tmp_path / "out").glob("eval-*.json"))
+        assert ev["fire_after_life_loss"].startswith("FIRE") == (variant == "terminal")
+    assert set(res["final_eval_mean_per_variant"]) == {"ignore", "terminal"}
+    assert all(m is not None for m in res["final_eval_mean_per_variant"].values())
     assert res["marks"] == [1024, 2048]
     assert res["curve_mean_frames"] == min(r["frames"] for r in res["runs"])  # the stretch every run has
     assert set(res["curve_mean_per_run"]) == set(runs) and set(res["curve_mean_per_variant"]) == {"ignore", "terminal"}
@@ -50,6 +57,7 @@ def test_life_loss_compare_breakout(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     again = json.loads((tmp_path / "out" / "life_loss_compare-breakout.json").read_text())
     assert [r["frames"] for r in again["runs"]] == [r["frames"] for r in res["runs"]]
+    assert [r["evaluation"] for r in again["runs"]] == [r["evaluation"] for r in res["runs"]]  # kept in the JSON
 
 
 def test_marks_and_variant_means():
