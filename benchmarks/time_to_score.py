@@ -91,6 +91,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
                         "periodic evaluations before it is stopped (a backstop; a trainer stopped by the budget "
                         "gives them up at once)")
     p.add_argument("--total-frames", type=int, default=40_000_000)
+    p.add_argument("--keep-every-frames", type=int, default=5_000_000,
+                   help="the trainer's --keep-every-frames: a checkpoint past every multiple of this many frames is "
+                        "kept for good (rotation never deletes it; about 20 MB each for the Nature CNN; 0: off)")
     p.add_argument("--run-dir", default="")
     p.add_argument("--out-dir", default=harness.RESULTS)
     p.add_argument("--nice", type=int, default=0, help="run the trainer at this niceness")
@@ -111,8 +114,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
     target = args.target if args.target is not None else PAPER_TARGETS.get(args.env.lower())
     if target is None:
         p.error(f"--target is required for {args.env} (paper thresholds exist for {', '.join(PAPER_TARGETS)})")
-    if args.max_hours <= 0 or args.final_eval_minutes < 0:
-        p.error("--max-hours must be > 0 and --final-eval-minutes >= 0")
+    if args.max_hours <= 0 or args.final_eval_minutes < 0 or args.keep_every_frames < 0:
+        p.error("--max-hours must be > 0, --final-eval-minutes and --keep-every-frames >= 0")
     if args.state_dir and not args.run_dir:
         p.error("--state-dir needs --run-dir (where the kept state is continued)")
     has_run = any(os.path.exists(os.path.join(d, "config.json")) for d in (args.run_dir, args.state_dir) if d)
@@ -130,6 +133,8 @@ def trainer_command(args: argparse.Namespace, run_dir: str, extra: list[str]) ->
                                     *extra)
     if args.criterion == "eval":
         cmd += ["--eval-every-frames", str(args.eval_every_frames), "--eval-episodes", str(args.eval_episodes)]
+    if not any(a == "--keep-every-frames" or a.startswith("--keep-every-frames=") for a in extra):
+        cmd += ["--keep-every-frames", str(args.keep_every_frames)]  # a good state survives a later collapse
     if not any(a == "--max-minutes" or a.startswith("--max-minutes=") for a in extra):
         # The trainer keeps the budget itself: the harness's timeout cannot tell a trainer still training
         # from one that finished and waits for its last evaluations (Pong's 19 M/20 M were lost that way).

@@ -14,7 +14,7 @@ def test_time_to_score_cartpole(tmp_path):
     p = subprocess.run([sys.executable, "-m", "benchmarks.time_to_score", "--env", "CartPole-v1", "--target", "1",
                         "--total-frames", "400000", "--max-hours", "0.05", "--eval-every-frames", "20000",
                         "--eval-episodes", "4", "--run-dir", str(tmp_path / "run"), "--out-dir", str(tmp_path / "out"),
-                        "--state-dir", str(tmp_path / "state"), "--", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40", "--lr", "1e-3",
+                        "--keep-every-frames", "10000", "--state-dir", str(tmp_path / "state"), "--", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40", "--lr", "1e-3",
                         "--lr-scaling", "none"],
                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -23,6 +23,7 @@ def test_time_to_score_cartpole(tmp_path):
     assert res["best_criterion"] >= 1 and 20000 <= res["frames_to_target"] <= res["frames_total"] < 400000
     assert res["updates_to_target"] * 40 == res["frames_to_target"] - res["frames_to_target"] % 40
     assert (tmp_path / "out" / "time_to_score-cartpole-v1-config.json").exists()
+    assert list((tmp_path / "run" / "checkpoints").glob("keep-*.npz"))  # --keep-every-frames reached the trainer
     assert (tmp_path / "out" / "time_to_score-cartpole-v1.png").stat().st_size > 5000  # drawn from the CSVs
     # the CSVs kept with the results: eval.csv as it is, progress.csv with its main columns
     out = tmp_path / "out"
@@ -83,6 +84,7 @@ def test_the_trainer_keeps_the_budget_itself():
     args, extra, _ = tts.parse(["--env", "pong", "--max-hours", "1.5", "--run-dir", "r"])
     cmd = tts.trainer_command(args, "r", extra)
     assert cmd[cmd.index("--max-minutes") + 1] == "90.0000"
+    assert cmd[cmd.index("--keep-every-frames") + 1] == "5000000"  # kept checkpoints are on for long runs
     args, extra, _ = tts.parse(["--env", "pong", "--max-hours", "1.5", "--run-dir", "r", "--", "--max-minutes", "5"])
     cmd = tts.trainer_command(args, "r", extra)
     assert cmd.count("--max-minutes") == 1 and cmd[cmd.index("--max-minutes") + 1] == "5"
