@@ -26,7 +26,7 @@ EXCHANGES = ("sync", "overlap")
 ALLREDUCES = ("grouped", "per-tensor")
 COMPRESSIONS = ("none", "fp16")
 GUARD_MODES = ("rollback", "warn")
-LIFE_LOSS_MODES = ("ignore", "terminal")
+LIFE_LOSS_MODES = ("auto", "ignore", "terminal")
 MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 
 
@@ -48,10 +48,12 @@ class SimConfig:
     env_threads: int = _f(0, "emulator threads per rank (0: one per core available to the rank)")
     max_episode_frames: int = _f(108_000, "episode cap in emulator frames (Atari; truncation, bootstrapped)")
     seed: int = _f(0, "base seed; rank r seeds its simulators with seed + r, every rank builds the same model")
-    life_loss: str = _f("ignore", "what a lost life means to the learner (Atari): ignore (returns run on to the game's "
+    life_loss: str = _f("auto", "what a lost life means to the learner (Atari): ignore (returns run on to the game's "
                         "end; the agent must press FIRE itself) or terminal (a lost life ends the bootstrapped "
                         "return, and FIRE is pressed for the agent after it in games that have FIRE); episode "
-                        "statistics are per full game either way", choices=LIFE_LOSS_MODES)
+                        "statistics are per full game either way. auto: terminal for Atari games (it learned "
+                        "Breakout faster, README), ignore for games without lives; the run's config.json records "
+                        "which", choices=LIFE_LOSS_MODES)
 
 
 @dataclass(frozen=True)
@@ -399,6 +401,13 @@ def unknown_options(data: Any) -> list[str]:
         elif key not in known:
             out.append(key)
     return out
+
+
+def resolve_life_loss(cfg: Config, atari: bool) -> Config:
+    """`--life-loss auto` made explicit for the environment: terminal for an Atari game, else ignore."""
+    if cfg.sim.life_loss != "auto":
+        return cfg
+    return cfg.replace(life_loss="terminal" if atari else "ignore")
 
 
 def saved_config(data: dict[str, Any], source: str = "saved config", remedy: str = "") -> Config:

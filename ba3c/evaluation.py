@@ -358,8 +358,9 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
         "length_frames": summarize([x * spec.frames_per_step for x in lengths]),
         "truncated_episodes": sum(g.truncated for g in games.results), "scores": scores, "lengths_steps": lengths,
         "anti_stuck_replaced": [g.replaced for g in games.results] if anti_stuck is not None else None,
-        "protocol": protocol_record(spec, proto, epsilon, episodes, len(quotas), cap, names, fire_after_life_loss,
-                                    sticky_actions),
+        # as played: a game without lives (Pong, Boxing) never has FIRE pressed for it, whatever was asked
+        "protocol": protocol_record(spec, proto, epsilon, episodes, len(quotas), cap, names,
+                                    bool(getattr(sim, "presses_fire_after_life_loss", False)), sticky_actions),
         "seed": seed, "eval_wall_s": round(time.perf_counter() - t0, 3), "recording": None,
     }
     if record_path and games.frames:
@@ -437,7 +438,7 @@ def protocol_line(p: dict[str, Any]) -> str:
 def checkpoint_config(c: Checkpoint) -> tuple[EnvSpec, Config]:
     """The game and the config a checkpoint was trained with (no TensorFlow: callers check this first).
     A config this version cannot read (options it does not know, values it rejects) is an EvalError."""
-    from ba3c.config import ConfigError
+    from ba3c.config import ConfigError, resolve_life_loss
     from ba3c.rundir import made_by
     from ba3c.simulators import UnknownEnvError, resolve_env
 
@@ -450,7 +451,8 @@ def checkpoint_config(c: Checkpoint) -> tuple[EnvSpec, Config]:
     try:
         cfg = saved_config(meta["config"], f"the config saved in checkpoint '{c.path}'",
                            f"evaluate it with the ba3c that trained it ({made_by(run_dir)})")
-        return resolve_env(cfg.sim.env), cfg
+        spec = resolve_env(cfg.sim.env)
+        return spec, resolve_life_loss(cfg, spec.kind == "atari")  # runs save it resolved; this is a fallback
     except (ConfigError, UnknownEnvError) as e:
         raise EvalError(str(e)) from None
 

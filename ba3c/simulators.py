@@ -166,8 +166,14 @@ class AtariSimulator:
         self.fire_action: int | None = action_set.index(Action.FIRE) if (
             fire_after_life_loss and Action.FIRE in action_set) else None
         self._lives = np.zeros(num_envs, np.int64)  # per environment, as of its last observation
+        self.has_lives = False  # the game counts lives (Breakout does, Pong and Boxing do not); known after reset
         self._fire_now: np.ndarray | None = None    # over the last batch: answer with FIRE
         self._last_ids: np.ndarray | None = None
+
+    @property
+    def presses_fire_after_life_loss(self) -> bool:
+        """Asked to, and the game has both FIRE and lives (so it happens at all)."""
+        return self.fire_action is not None and self.has_lives
 
     def _batch(self, out: tuple) -> Batch:
         obs, rew, term, trunc, info = out
@@ -177,6 +183,7 @@ class AtariSimulator:
         # ALE's own test (fewer lives, some left), minus game overs; a fresh game only ever adds lives
         life_lost = (lives < self._lives[ids]) & (lives > 0) & ~term
         self._lives[ids] = lives
+        self.has_lives = self.has_lives or bool((lives > 0).any())
         self._last_ids = ids
         self._fire_now = life_lost if self.fire_action is not None else None
         return Batch(obs, np.asarray(rew, np.float32), term, np.asarray(trunc, bool), ids, life_lost,

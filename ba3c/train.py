@@ -9,7 +9,8 @@ import tempfile
 import traceback
 from typing import Sequence
 
-from ba3c.config import PRESETS, Config, ConfigError, build_parser, check_world, load_json, saved_config
+from ba3c.config import (PRESETS, Config, ConfigError, build_parser, check_world, load_json, resolve_life_loss,
+                         saved_config)
 
 # Options that change the network or what it is trained on: a resume may not change them.
 MODEL_DEFINING = ("env", "model")
@@ -98,6 +99,7 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
     try:
         cfg, resume = resolve(argv)
         spec = resolve_env(cfg.sim.env)
+        cfg = resolve_life_loss(cfg, spec.kind == "atari")  # config.json records what the run does
         if cfg.sim.life_loss != "ignore" and spec.kind != "atari":
             raise ConfigError(f"--life-loss {cfg.sim.life_loss}: {cfg.sim.env} has no lives (only Atari games do); "
                               f"use --life-loss ignore")

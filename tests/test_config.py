@@ -146,6 +146,17 @@ def test_config_parser_accepts_only_valid(values):
 
 
 
+def test_life_loss_auto_is_terminal_for_atari_only():
+    from ba3c.config import resolve_life_loss
+
+    cfg = Config()
+    assert cfg.sim.life_loss == "auto"
+    assert resolve_life_loss(cfg, atari=True).sim.life_loss == "terminal"
+    assert resolve_life_loss(cfg, atari=False).sim.life_loss == "ignore"
+    for explicit in ("ignore", "terminal"):  # asked for: kept (a non-Atari `terminal` is refused by ba3c.train)
+        assert resolve_life_loss(cfg.replace(life_loss=explicit), atari=True).sim.life_loss == explicit
+
+
 def test_configs_saved_before_an_option_keep_what_they_ran_with(tmp_path):
     """A run saved before --life-loss existed trained with `ignore`: its resume and its checkpoint's config
     say so (whatever the default), and a resume that keeps it records no change."""

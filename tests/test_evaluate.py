@@ -279,6 +279,9 @@ def test_pong_evaluate_records_gif(tmp_path):
     assert data["protocol"]["max_episode_frames"] == 2000 and data["protocol"]["max_episode_steps"] == 500
     assert data["protocol"]["name"] == "egreedy" and data["protocol"]["random_action_prob"] == 0.05
     assert "protocol egreedy" in p.stdout
+    # --life-loss auto: terminal for an Atari game, but Pong has no lives, so FIRE was never pressed for it
+    assert json.loads((run / "config.json").read_text())["sim"]["life_loss"] == "terminal"
+    assert data["protocol"]["fire_after_life_loss"].startswith("no")
     from PIL import Image
 
     with Image.open(gif) as im:
@@ -495,6 +498,9 @@ def test_periodic_and_command_line_evaluation_with_sticky_actions(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads((run / "eval-greedy-sticky0.25.json").read_text())
     assert data["protocol"]["sticky_actions"] == 0.25 and "sticky 0.25" in p.stdout
+    # the default (--life-loss auto) trains Breakout with a lost life as a terminal, and evaluates it so
+    assert json.loads((run / "config.json").read_text())["sim"]["life_loss"] == "terminal"
+    assert data["protocol"]["fire_after_life_loss"].startswith("FIRE")
     assert not (run / "eval-greedy.json").exists()
 
 

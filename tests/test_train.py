@@ -47,6 +47,7 @@ def test_cartpole_learns(tmp_path):
     best = max(float(x["return_mean20"]) for x in r if x["return_mean20"])
     assert best >= 150, f"CartPole did not learn: best mean-20 return {best}"
     assert (run / "learning_curve.png").stat().st_size > 1000
+    assert json.loads((run / "config.json").read_text())["sim"]["life_loss"] == "ignore"  # auto, without lives
     meta = json.loads((run / "meta.json").read_text())
     assert meta["end"] and meta["ranks"] == 1 and meta["versions"]["tensorflow-cpu"]
     assert "git_sha" in meta and "git_dirty" in meta
