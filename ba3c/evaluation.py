@@ -360,7 +360,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
         "anti_stuck_replaced": [g.replaced for g in games.results] if anti_stuck is not None else None,
         # as played: a game without lives (Pong, Boxing) never has FIRE pressed for it, whatever was asked
         "protocol": protocol_record(spec, proto, epsilon, episodes, len(quotas), cap, names,
-                                    bool(getattr(sim, "presses_fire_after_life_loss", False)), sticky_actions),
+                                    sim.presses_fire_after_life_loss, sticky_actions),
         "seed": seed, "eval_wall_s": round(time.perf_counter() - t0, 3), "recording": None,
     }
     if record_path and games.frames:

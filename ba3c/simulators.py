@@ -62,6 +62,8 @@ class Simulator(Protocol):
     num_actions: int
     spec: EnvSpec
 
+    @property
+    def presses_fire_after_life_loss(self) -> bool: ...  # what evaluation records as played
     def reset(self, seed: int) -> Batch: ...
     def recv(self) -> Batch: ...
     def send(self, actions: np.ndarray) -> None: ...
@@ -183,7 +185,6 @@ class AtariSimulator:
         # ALE's own test (fewer lives, some left), minus game overs; a fresh game only ever adds lives
         life_lost = (lives < self._lives[ids]) & (lives > 0) & ~term
         self._lives[ids] = lives
-        self.has_lives = self.has_lives or bool((lives > 0).any())
         self._last_ids = ids
         self._fire_now = life_lost if self.fire_action is not None else None
         return Batch(obs, np.asarray(rew, np.float32), term, np.asarray(trunc, bool), ids, life_lost,
@@ -196,6 +197,8 @@ class AtariSimulator:
         """The batch of a reset: no reward, nothing ended."""
         obs, info = out
         n = len(info["env_id"])
+        # a game that counts lives shows them from its first frame; checked here, off the per-step path
+        self.has_lives = self.has_lives or bool((np.asarray(info["lives"]) > 0).any())
         return self._batch((obs, np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), info))
 
     def reset_some(self, mask: np.ndarray, seed: int) -> Batch:
@@ -247,6 +250,10 @@ class GymSimulator:
         self._done = np.zeros(num_envs, bool)
         self._obs = np.zeros((num_envs, *self.obs_shape), np.float32)
         self._ids = np.arange(num_envs)
+
+    @property
+    def presses_fire_after_life_loss(self) -> bool:
+        return False  # no lives, no FIRE
 
     def reset(self, seed: int) -> Batch:
         for i, e in enumerate(self._envs):
