@@ -173,17 +173,24 @@ def render_table(rows: list[Row]) -> list[str]:
     return lines
 
 
-def fill_readme(path: str | Path, table: list[str]) -> None:
-    """Replace what lies between README_BEGIN and README_END in `path` with `table` (written beside, then
-    renamed over, so a crash leaves the old file whole)."""
-    text = Path(path).read_text()
+def readme_section(path: str | Path, text: str) -> tuple[int, int]:
+    """Where the table goes in `text` (the file at `path`): the ends of README_BEGIN and of the text before
+    README_END; a clear error when the markers are missing or out of order."""
     begin, end = text.find(README_BEGIN), text.find(README_END)
     if begin < 0 or end < begin:
         raise CompareError(f"{path} has no scores section: put the lines {README_BEGIN} and {README_END} "
                            f"(in this order) where the table belongs")
-    head = text[:begin + len(README_BEGIN)]
+    return begin + len(README_BEGIN), end
+
+
+def fill_readme(path: str | Path, table: list[str]) -> None:
+    """Replace what lies between README_BEGIN and README_END in `path` with `table` (written beside, then
+    renamed over, so a crash leaves the old file whole)."""
+    text = Path(path).read_text()
+    head_end, tail_start = readme_section(path, text)
     tmp = Path(str(path) + ".new")
-    tmp.write_text(head + "\n\n" + "\n".join(table) + "\n\n" + text[end:])  # blank lines: Markdown ends the table
+    # blank lines: Markdown ends the table
+    tmp.write_text(text[:head_end] + "\n\n" + "\n".join(table) + "\n\n" + text[tail_start:])
     os.replace(tmp, path)
 
 
@@ -266,9 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"compare: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return 2
-    if args.readme and README_BEGIN not in Path(args.readme).read_text():
-        print(f"compare: error: {args.readme} has no line {README_BEGIN}: add it (and {README_END}) where the table "
-              f"belongs", file=sys.stderr)
+    try:  # before any work: a README without its markers is refused now, not after the table is built
+        if args.readme:
+            readme_section(args.readme, Path(args.readme).read_text())
+    except CompareError as e:
+        print(f"compare: error: {e}", file=sys.stderr)
         return 2
     paths = args.paths or [str(x) for x in DEFAULT_PATHS]
     try:

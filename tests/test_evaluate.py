@@ -383,6 +383,11 @@ def test_compare_fills_the_readme_table_between_its_markers(tmp_path, capsys):
     capsys.readouterr()
     assert cmp.main([str(tmp_path / "eval-paper.json"), "--out", str(out), "--readme", str(plain)]) == 2
     assert cmp.README_BEGIN in capsys.readouterr().err and plain.read_text() == "no markers\n"
+    # markers out of order are refused the same way, before any table is written
+    plain.write_text(f"{cmp.README_END}\n{cmp.README_BEGIN}\n")
+    out2 = tmp_path / "out2"
+    assert cmp.main([str(tmp_path / "eval-paper.json"), "--out", str(out2), "--readme", str(plain)]) == 2
+    assert "in this order" in capsys.readouterr().err and not out2.exists()
 
 
 def test_checkpoint_with_unknown_options_is_one_line(tmp_path, capsys):
