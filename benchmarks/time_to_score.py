@@ -125,6 +125,11 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
     return args, [a for a in extra if a != "--"], target
 
 
+def _given(flag: str, extra: list[str]) -> bool:
+    """The user passed `flag` to the trainer themselves (as `--flag V` or `--flag=V`)."""
+    return any(a == flag or a.startswith(flag + "=") for a in extra)
+
+
 def trainer_command(args: argparse.Namespace, run_dir: str, extra: list[str]) -> list[str]:
     if args.resume:
         cmd = harness.train_command("--resume", run_dir, "--total-frames", str(args.total_frames), *extra)
@@ -133,11 +138,12 @@ def trainer_command(args: argparse.Namespace, run_dir: str, extra: list[str]) ->
                                     *extra)
     if args.criterion == "eval":
         cmd += ["--eval-every-frames", str(args.eval_every_frames), "--eval-episodes", str(args.eval_episodes)]
-    if not any(a == "--keep-every-frames" or a.startswith("--keep-every-frames=") for a in extra):
+    if not _given("--keep-every-frames", extra):
         cmd += ["--keep-every-frames", str(args.keep_every_frames)]  # a good state survives a later collapse
-    if not any(a == "--max-minutes" or a.startswith("--max-minutes=") for a in extra):
+    if not _given("--max-minutes", extra):
         # The trainer keeps the budget itself: the harness's timeout cannot tell a trainer still training
-        # from one that finished and waits for its last evaluations (Pong's 19 M/20 M were lost that way).
+        # from one that finished and waits for its last evaluations (the suspected, untraced, cause of
+        # Pong's missing 19 M/20 M evaluations).
         cmd += ["--max-minutes", f"{args.max_hours * 60:.4f}"]
     return ["nice", "-n", str(args.nice), *cmd] if args.nice else cmd
 
