@@ -54,6 +54,12 @@ class SimConfig:
                         "statistics are per full game either way. auto: terminal for Atari games (it learned "
                         "Breakout faster, README), ignore for games without lives; the run's config.json records "
                         "which", choices=LIFE_LOSS_MODES)
+    decorrelate_steps: int = _f(0, "at each start (and resume) every simulator plays N steps of uniformly random "
+                                "actions, not trained on (their frames are counted), and restarts its game at a "
+                                "random one of them, so that games of a fixed length (Boxing: 1,783 steps) do not "
+                                "stay in step and fill every batch from one moment of the game; the games under way "
+                                "then are left out of the episode statistics. Atari with synchronous simulation "
+                                "(--predict-batch equal to --num-envs) only. 0: off")
 
 
 @dataclass(frozen=True)
@@ -190,7 +196,8 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
                                              "lr_adapt": "none", "kl_target": 0.002, "kl_samples": 256, "kl_lr_max": 16.0,
-                                             "noise_scale_every": 0, "advantage_norm": "none"}
+                                             "noise_scale_every": 0, "advantage_norm": "none",
+                                             "decorrelate_steps": 0}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -257,7 +264,8 @@ def validate(cfg: Config) -> None:
     nonneg = dict(eval_every_frames=r.eval_every_frames, keep_every_frames=r.keep_every_frames,
                   guard_entropy_floor=r.guard_entropy_floor, max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
                   value_coef=l.value_coef, warmup_updates=l.warmup_updates, noise_scale_every=l.noise_scale_every,
-                  intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads)
+                  intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads,
+                  decorrelate_steps=s.decorrelate_steps)
     for name, v in nonneg.items():
         if v < 0:
             raise ConfigError(f"{_flag(name)}: must be >= 0, got {v}")
@@ -267,6 +275,9 @@ def validate(cfg: Config) -> None:
     if not 0.0 <= r.eval_sticky_actions < 1.0:
         raise ConfigError(f"--eval-sticky-actions: must be in [0, 1) (the probability that an emulator frame repeats "
                           f"the previous action), got {r.eval_sticky_actions}")
+    if s.decorrelate_steps and s.predict_batch != s.num_envs:
+        raise ConfigError(f"--decorrelate-steps {s.decorrelate_steps}: ALE restarts single games only in synchronous "
+                          f"simulation; set --predict-batch equal to --num-envs ({s.num_envs}), now {s.predict_batch}")
     if not 0.0 < l.gamma <= 1.0:
         raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
     for name in ("beta1", "beta2"):

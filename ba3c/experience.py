@@ -13,6 +13,10 @@ With `life_loss_terminal`, a lost life (`Batch.life_lost`) ends the segment like
 game's score and length but in no return. Episodes, and their statistics, stay full games. Such
 steps are played all the same: each train batch says how many of them came before it
 (`TrainBatch.unsampled_steps`), so that the trainer's frame count includes them.
+
+`start_mid_game` is for simulators that played before their first recorded batch (the random steps
+that put games out of step): those steps are counted the same way, and the games under way, seen
+only in part, are not reported as episodes.
 """
 from __future__ import annotations
 
@@ -62,6 +66,7 @@ class _EnvBuffer:
     versions: list = field(default_factory=list)
     rewards: list = field(default_factory=list)
     resetting: bool = True  # the next obs starts an episode (the first one, or after an episode's last obs)
+    partial: bool = False   # the game under way began before recording: not reported when it ends
     score: float = 0.0
     length: int = 0
 
@@ -81,6 +86,13 @@ class Experience:
         self._ver = np.empty(train_batch, np.int64)
         self._fill = 0
         self._unsampled = 0  # steps played since the last train batch that no sample holds
+
+    def start_mid_game(self, steps_played: int) -> None:
+        """Before the first `add`: every environment has played `steps_played` steps in all (not recorded),
+        and the games under way began then."""
+        for b in self._bufs:
+            b.partial = True
+        self._unsampled += steps_played
 
     def add(self, batch: Batch, values: np.ndarray, actions: np.ndarray,
             version: int = 0) -> tuple[list[TrainBatch], list[Episode]]:
@@ -106,8 +118,9 @@ class Experience:
             if terminated[j] or truncated[j]:
                 boot = 0.0 if (terminated[j] or life_end[j]) else float(values[j])
                 self._flush(b, boot, batches)
-                episodes.append(Episode(int(e), b.score, b.length, bool(truncated[j] and not terminated[j])))
-                b.score, b.length, b.resetting = 0.0, 0, True
+                if not b.partial:
+                    episodes.append(Episode(int(e), b.score, b.length, bool(truncated[j] and not terminated[j])))
+                b.score, b.length, b.resetting, b.partial = 0.0, 0, True, False
                 continue
             if life_end[j]:  # the return ends here; the game, its score and its length go on
                 self._flush(b, 0.0, batches)

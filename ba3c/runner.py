@@ -154,7 +154,8 @@ class Trainer:
                          clip_rewards=self.spec.kind == "atari", life_loss_terminal=s.life_loss == "terminal")
         learner = self.learner
         self.sim_thread = SimulationThread(sim, Predictor(self.model, sim.obs_shape, sim.obs_dtype), exp, rng,
-                                           env_seed, r.queue_batches, policy_version=lambda: learner.updates)
+                                           env_seed, r.queue_batches, policy_version=lambda: learner.updates,
+                                           decorrelate_steps=s.decorrelate_steps)
         self.learn_timers = Timers()
         self.watchdog = WatchdogThread(r.hang_timeout_min * 60, rank)
         self.evaluator: EvalThread | None = None

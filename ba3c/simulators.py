@@ -308,3 +308,24 @@ def make_simulator(spec: EnvSpec, num_envs: int, predict_batch: int, num_threads
         return AtariSimulator(spec, num_envs, predict_batch, num_threads, max_episode_frames, fire_after_life_loss,
                               sticky_actions)
     return GymSimulator(spec, num_envs)
+
+
+def decorrelate_games(sim: Simulator, span: int, rng: np.random.Generator, seed: int) -> Batch:
+    """Put games of a fixed length out of step: `span` steps of uniformly random actions, environment i
+    restarted at step span-1-k_i (k_i uniform in 0..span-1), so that it has played k_i steps of a new game
+    at the end. Every environment plays all `span` steps. Needs `reset_some` (Atari, synchronous
+    simulation). Returns the last batch."""
+    reset_some = getattr(sim, "reset_some", None)
+    if reset_some is None or sim.predict_batch != sim.num_envs:
+        raise ValueError("decorrelating games needs an Atari simulator with synchronous simulation "
+                         f"(predict_batch {sim.predict_batch} == num_envs {sim.num_envs})")
+    k = rng.integers(0, span, sim.num_envs)
+    b = None
+    for t in range(span):
+        sim.send(rng.integers(0, sim.num_actions, sim.num_envs))
+        b = sim.recv()
+        mask = k == span - 1 - t
+        if mask.any():
+            b = reset_some(mask, seed + 1 + t)
+    assert b is not None, "span must be >= 1"
+    return b

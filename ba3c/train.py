@@ -103,6 +103,9 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
         if cfg.sim.life_loss != "ignore" and spec.kind != "atari":
             raise ConfigError(f"--life-loss {cfg.sim.life_loss}: {cfg.sim.env} has no lives (only Atari games do); "
                               f"use --life-loss ignore")
+        if cfg.sim.decorrelate_steps and spec.kind != "atari":
+            raise ConfigError(f"--decorrelate-steps {cfg.sim.decorrelate_steps}: only Atari simulators restart single "
+                              f"games; {cfg.sim.env} is not an Atari game (use 0)")
         if cfg.run.eval_sticky_actions and spec.kind != "atari":
             raise ConfigError(f"--eval-sticky-actions {cfg.run.eval_sticky_actions}: sticky actions are an ALE setting; "
                               f"{cfg.sim.env} is not an Atari game (use 0)")

@@ -19,7 +19,7 @@ import numpy as np
 
 from ba3c.experience import Episode, Experience, TrainBatch
 from ba3c.predictor import sample_actions
-from ba3c.simulators import Simulator
+from ba3c.simulators import Simulator, decorrelate_games
 
 if TYPE_CHECKING:
     from ba3c.config import Config
@@ -63,9 +63,10 @@ class SimulationThread(threading.Thread):
     """Simulators -> predictor -> experience -> bounded queue of train batches."""
 
     def __init__(self, sim: Simulator, predictor, experience: Experience, rng: np.random.Generator, env_seed: int,
-                 queue_batches: int, policy_version: Callable[[], int] = lambda: 0) -> None:
+                 queue_batches: int, policy_version: Callable[[], int] = lambda: 0, decorrelate_steps: int = 0) -> None:
         super().__init__(name="SimulationThread", daemon=True)
         self.sim, self.predictor, self.experience, self.rng = sim, predictor, experience, rng
+        self.decorrelate_steps = decorrelate_steps  # SimConfig.decorrelate_steps: random steps before recording
         self.policy_version = policy_version  # the learner's update count: whose weights chose the actions
         self.env_seed = env_seed
         self.out: queue.Queue[TrainBatch] = queue.Queue(maxsize=queue_batches)  # bounds policy lag
@@ -102,6 +103,9 @@ class SimulationThread(threading.Thread):
     def run(self) -> None:
         try:
             b = self.sim.reset(self.env_seed)
+            if self.decorrelate_steps:
+                b = decorrelate_games(self.sim, self.decorrelate_steps, self.rng, self.env_seed)
+                self.experience.start_mid_game(self.decorrelate_steps * self.sim.num_envs)
             while not self.stop.is_set():
                 t = time.perf_counter()
                 version = self.policy_version()  # read before the forward pass: the weights it uses are at least this new

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ba3c.simulators import decorrelate_games
 from benchmarks import harness
 
 BREAKOUT_CSV = os.path.join(harness.RESULTS, "time_to_score-breakout-collapsed-progress.csv")
@@ -175,20 +176,6 @@ def probe(lr: float, updates: int, seed: int, env: str = "CartPole-v1", progress
     finally:
         sim.close()
     return out
-
-
-def decorrelate_games(sim: Any, span: int, rng: np.random.Generator, seed: int) -> Any:
-    """Random play for `span` steps, environment i restarted at step span-1-k_i (k_i uniform in 0..span-1), so
-    that each has played k_i steps of a new game at the end. Returns the last batch."""
-    k = rng.integers(0, span, sim.num_envs)
-    b = None
-    for t in range(span):
-        sim.send(rng.integers(0, sim.num_actions, sim.num_envs))
-        b = sim.recv()
-        mask = k == span - 1 - t
-        if mask.any():
-            b = sim.reset_some(mask, seed + 1 + t)
-    return b
 
 
 def summarize_probe(rows: list[dict[str, float]], floor: float = 1e-3, burst: int = 24) -> dict[str, Any]:

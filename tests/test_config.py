@@ -90,6 +90,10 @@ BAD = [
     (["--eval-sticky-actions", "1"], "--eval-sticky-actions"),
     (["--eval-sticky-actions", "-0.25"], "--eval-sticky-actions"),
     (["--env", "CartPole-v1", "--eval-sticky-actions", "0.25"], "--eval-sticky-actions"),
+    (["--decorrelate-steps", "-1"], "--decorrelate-steps"),
+    (["--decorrelate-steps", "100"], "--predict-batch equal to --num-envs"),  # default: asynchronous
+    (["--env", "CartPole-v1", "--decorrelate-steps", "100", "--predict-batch", "8", "--num-envs", "8"],
+     "--decorrelate-steps 100"),
     (["--model", "paper", "--train-batch", "4096", "--num-envs", "100000", "--predict-batch", "16"], "available"),
 ]
 
