@@ -71,6 +71,14 @@ class Plan:
     lr_scale: float = 1.0         # the lr multiplier from now on
 
 
+def policy_entropy(logits: np.ndarray) -> float:
+    """Mean entropy (nats) of softmax(logits) over the rows."""
+    z = np.asarray(logits, np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return float(-(np.exp(logp) * logp).sum(axis=1).mean())
+
+
 class IntervalRecorder:
     """Per-update statistics since the last sync point (every rank)."""
 

@@ -23,7 +23,7 @@ from ba3c.config import IMPLIED_BY_OLDER_CONFIGS, Config, data_ranks, global_bat
 from ba3c.dist import Dist
 from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
-from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, Guard, IntervalRecorder, Plan
+from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, Guard, IntervalRecorder, Plan, policy_entropy
 from ba3c.learner import Learner, StepStats
 from ba3c.model import PROBE_OBS, HealthProbe, build_model, resolve_model_kind
 from ba3c.predictor import Predictor
@@ -43,6 +43,7 @@ class RankStats(NamedTuple):
     learn_s: dict[str, float]          # learner's seconds per stage so far
     cpu_s: float                       # this process's CPU seconds since it began training
     entropy: float                     # this rank's policy entropy, mean over the updates since the last sync point
+                                       # (after the last update: of the final weights, on the last batch)
     unsampled_steps: int = 0           # agent steps played with the batches trained since then that no sample holds
 
 
@@ -85,6 +86,7 @@ class Trainer:
         self.report = self._open_report(resume, changes) if dist.is_root else None
         self._build_workers()
         self.stats: StepStats | None = None  # the last update's
+        self.last_obs: np.ndarray | None = None  # the last batch trained on (rank-local)
         self.probe: HealthProbe | None = None  # rank 0's feature-health probe, from its first train batch
         self.unsampled_steps = 0  # this rank's, since the last sync point (TrainBatch.unsampled_steps)
         self.last_checkpoint_t = 0.0
@@ -202,6 +204,7 @@ class Trainer:
         if self.report is not None and self.probe is None:  # rank 0 keeps the first observations it trains on
             self.probe = HealthProbe(self.model, batch.obs[:PROBE_OBS])
         self.stats = self.learner.train(batch)
+        self.last_obs = batch.obs  # the final sync judges the last step's weights on them
         self.state.lr_adapt = self.learner.lr_adapt
         self.interval.add(self.stats.entropy, self.stats.grad_norm)
         if self.report is not None and self.stats.b_big:
@@ -221,8 +224,15 @@ class Trainer:
         stopping. Returns the exit status when the run stops here, else None."""
         r = self.cfg.run
         episodes = [(e.score, e.length) for e in self.sim_thread.drain_episodes()]
+        entropy = self.interval.entropy_mean()
+        if self._last_update():
+            # The weights about to be written: each update's entropy is measured before its own step, so the
+            # last step would go unjudged, and one step at a high lr can saturate a policy (a CartPole run at
+            # lr 0.015 went from entropy 0.39 to one action in its last update).
+            assert self.last_obs is not None
+            entropy = policy_entropy(np.asarray(self.model(self.last_obs, training=False)[0]))
         mine = RankStats(episodes, dict(self.sim_thread.timers.seconds), dict(self.learn_timers.seconds),
-                         self.state.cpu_here(), self.interval.entropy_mean(), self.unsampled_steps)
+                         self.state.cpu_here(), entropy, self.unsampled_steps)
         self.unsampled_steps = 0
         gathered = self.dist.gather(mine)
         plan = self._guard(gathered)  # None on ranks > 0 when the guard only warns

@@ -14,7 +14,8 @@ import pytest
 
 from ba3c import checkpoint as ckpt
 from ba3c.config import RunConfig
-from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, HEALTHY, SUSPECT, CollapseDetector, Guard, IntervalRecorder, IntervalStats
+from ba3c.guard import (COLLAPSED, EXIT_COLLAPSED, HEALTHY, SUSPECT, CollapseDetector, Guard, IntervalRecorder, IntervalStats,
+                       policy_entropy)
 from conftest import BIN, ROOT, run_train, subprocess_env
 
 
@@ -88,6 +89,16 @@ def test_warn_mode_warns_once_per_collapse():
                ((20, 1.0), (40, 1e-5), (60, 1e-6), (80, 1.0), (100, 1e-5))]
     assert actions == ["none", "warn", "none", "none", "warn"]
     assert not g.snapshots and not g.needs_snapshots
+
+
+def test_policy_entropy_of_the_final_weights():
+    """What the last sync point judges (the weights about to be written): uniform rows give log(n), a row
+    saturated as the collapsed CartPole checkpoint was (logits +-8.4) next to nothing, and the mean is per row."""
+    assert policy_entropy(np.zeros((3, 4))) == pytest.approx(math.log(4))
+    saturated = policy_entropy(np.array([[8.4, -8.4]]))
+    assert 0 < saturated < 1e-5
+    assert policy_entropy(np.array([[0.0, 0.0], [8.4, -8.4]])) == pytest.approx((math.log(2) + saturated) / 2)
+    assert policy_entropy(np.array([[1000.0, 0.0, -1000.0]])) == pytest.approx(0.0, abs=1e-12)  # no overflow
 
 
 def test_interval_recorder():
