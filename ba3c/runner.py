@@ -228,7 +228,7 @@ class Trainer:
         if self._last_update():
             # The weights about to be written: each update's entropy is measured before its own step, so the
             # last step would go unjudged, and one step at a high lr can saturate a policy (a CartPole run at
-            # lr 0.015 went from entropy 0.39 to one action in its last update).
+            # lr 0.015 measured entropy 0.39 in its last update, before that step, and saved one action).
             assert self.last_obs is not None
             entropy = policy_entropy(np.asarray(self.model(self.last_obs, training=False)[0]))
         mine = RankStats(episodes, dict(self.sim_thread.timers.seconds), dict(self.learn_timers.seconds),
