@@ -38,7 +38,7 @@ import os
 import shutil
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from benchmarks import harness, scaling_results
 from benchmarks.harness import Row
@@ -112,8 +112,10 @@ def undone(events: list[Row]) -> list[tuple[int, int]]:
             if e.get("event") == "rollback" and e.get("snapshot_update")]
 
 
-def noise_windows(rows: list[Row], events: list[Row] = ()) -> list[dict[str, Any]]:
-    """B_simple per frame window: each row's mean squared norms weighted by its measurements, pooled
+def noise_windows(rows: list[Row], events: list[Row] = (),
+                  windows_m: Sequence[float] = NOISE_WINDOWS_M) -> list[dict[str, Any]]:
+    """B_simple per frame window (edges in millions of frames, `windows_m`): each row's mean squared norms
+    weighted by its measurements, pooled
     (means first, then the ratio: one measurement's |G|^2 is noisy), with the batch-size ratio of frames to a
     score that McCandlish et al.'s model predicts from it (modelled, not measured: E(B) ~ 1 + B / B_noise).
     Rows the collapse guard judged suspect or collapsed, and those of a stretch a rollback threw away, are
@@ -121,7 +123,7 @@ def noise_windows(rows: list[Row], events: list[Row] = ()) -> list[dict[str, Any
     from ba3c.learner import noise_scale
 
     out, thrown = [], undone(list(events))
-    for lo, hi in zip(NOISE_WINDOWS_M, NOISE_WINDOWS_M[1:]):
+    for lo, hi in zip(windows_m, windows_m[1:]):
         rs = [r for r in rows if r.get("noise_n") and lo * 1e6 <= int(r["frames"]) < hi * 1e6
               and r.get("guard", "") in ("", "healthy") and not any(a < int(r["updates"]) <= b for a, b in thrown)]
         if not rs:
@@ -130,7 +132,7 @@ def noise_windows(rows: list[Row], events: list[Row] = ()) -> list[dict[str, Any
         pooled = lambda col: sum(k * float(r[col]) for k, r in zip(n, rs)) / sum(n)
         b_small, b_big = int(rs[-1]["noise_b_small"]), int(rs[-1]["noise_b_big"])
         g2, trace, b_simple = noise_scale(pooled("grad_sq_small"), pooled("grad_sq_big"), b_small, b_big)
-        w: dict[str, Any] = {"frames_from": lo * 1_000_000, "frames_to": min(hi * 1_000_000, int(rs[-1]["frames"])),
+        w: dict[str, Any] = {"frames_from": int(lo * 1e6), "frames_to": min(int(hi * 1e6), int(rs[-1]["frames"])),
                              "measurements": sum(n), "b_small": b_small, "b_big": b_big, "grad_sq_true": g2,
                              "trace_sigma": trace, "b_simple": b_simple}
         if all(r.get("pg_sq_small") for r in rs):  # the policy-gradient term alone (rows since it was logged)

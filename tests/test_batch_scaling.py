@@ -135,6 +135,10 @@ def test_noise_windows_pool_means_before_the_ratio():
     rollback = [{"event": "rollback", "updates": "20", "snapshot_update": "10"}, {"event": "warn", "updates": "3"}]
     [only_first, _] = noise_windows(rows, rollback)
     assert only_first["measurements"] == 3 and only_first["frames_to"] == 500000
+    # windows of one's own, edges in millions of frames: a quarter window holds only its own rows
+    [quarter] = noise_windows(rows, (), (0.75, 1.0))
+    assert (quarter["frames_from"], quarter["frames_to"], quarter["measurements"]) == (750_000, 900_000, 1)
+    assert quarter["b_simple"] == pytest.approx(noise_scale(8.0, 3.0, 64, 256)[2])
 
 
 def _result(point: str, batch: int, reached: int | None, total: int, noise=None, eval_reached=None):
