@@ -20,6 +20,7 @@ MODELS = ("auto", "nature", "paper", "mlp")
 CLIP_MODES = ("global", "avg")
 LR_SCALINGS = ("none", "linear", "sqrt")
 LR_ADAPTS = ("none", "kl")
+LR_DECAYS = ("none", "linear")
 ADVANTAGE_NORMS = ("none", "batch")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
@@ -98,6 +99,13 @@ class LearnConfig:
     lr_scaling: str = _f("sqrt", "learning-rate rule for global batch B: none, linear (B/ref), sqrt (sqrt(B/ref))", choices=LR_SCALINGS)
     lr_ref_batch: int = _f(64, "global batch at which lr applies unchanged")
     warmup_updates: int = _f(100, "linear lr warm-up over this many updates when lr is scaled up")
+    lr_decay: str = _f("none", "none: the lr stays at the rule's; linear: it falls in proportion to the frames trained, "
+                       "from the rule's lr at frame 0 to 0 at --lr-decay-frames (a multiplier on top of the scaling, "
+                       "warm-up, --lr-adapt and the collapse guard's cuts; CleanRL's PPO anneals this way, the "
+                       "authors' code had a step schedule, off by default)", choices=LR_DECAYS)
+    lr_decay_frames: int = _f(0, "--lr-decay linear: the frame count at which the lr reaches 0 (0: --total-frames, "
+                              "so a resume that raises --total-frames raises the lr); it may not be below "
+                              "--total-frames, which would train at lr 0")
     lr_adapt: str = _f("none", "none: the lr follows lr_scaling and the warm-up; kl: a trust region on the policy. "
                        "After every update the policy's change is measured (KL(old || new) on --kl-samples, averaged "
                        "over ranks); a step that changed it by more than twice --kl-target is shortened towards the "
@@ -197,7 +205,7 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
                                              "lr_adapt": "none", "kl_target": 0.002, "kl_samples": 256, "kl_lr_max": 16.0,
                                              "noise_scale_every": 0, "advantage_norm": "none",
-                                             "decorrelate_steps": 0}
+                                             "decorrelate_steps": 0, "lr_decay": "none", "lr_decay_frames": 0}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -265,7 +273,7 @@ def validate(cfg: Config) -> None:
                   guard_entropy_floor=r.guard_entropy_floor, max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
                   value_coef=l.value_coef, warmup_updates=l.warmup_updates, noise_scale_every=l.noise_scale_every,
                   intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads,
-                  decorrelate_steps=s.decorrelate_steps)
+                  decorrelate_steps=s.decorrelate_steps, lr_decay_frames=l.lr_decay_frames)
     for name, v in nonneg.items():
         if v < 0:
             raise ConfigError(f"{_flag(name)}: must be >= 0, got {v}")
@@ -278,6 +286,12 @@ def validate(cfg: Config) -> None:
     if s.decorrelate_steps and s.predict_batch != s.num_envs:
         raise ConfigError(f"--decorrelate-steps {s.decorrelate_steps}: ALE restarts single games only in synchronous "
                           f"simulation; set --predict-batch equal to --num-envs ({s.num_envs}), now {s.predict_batch}")
+    if l.lr_decay_frames and l.lr_decay == "none":
+        raise ConfigError(f"--lr-decay-frames {l.lr_decay_frames} has no effect without --lr-decay linear; "
+                          f"add --lr-decay linear or drop --lr-decay-frames")
+    if l.lr_decay == "linear" and 0 < l.lr_decay_frames < r.total_frames:
+        raise ConfigError(f"--lr-decay-frames {l.lr_decay_frames} is below --total-frames {r.total_frames}: the frames "
+                          f"after it would train at lr 0; raise it to at least {r.total_frames} (or 0 for --total-frames)")
     if not 0.0 < l.gamma <= 1.0:
         raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
     for name in ("beta1", "beta2"):
@@ -316,6 +330,14 @@ def data_ranks(cfg: Config, world_size: int) -> int:
 def noise_sub_batch(cfg: Config) -> int:
     """--noise-scale-every's small batch: one rehearsed rank's batch, or a quarter of the rank's batch."""
     return cfg.learn.train_batch if cfg.run.rehearse_ranks > 1 else cfg.learn.train_batch // 4
+
+
+def lr_decay_factor(cfg: Config, frames: int) -> float:
+    """--lr-decay's multiplier on the lr after `frames` trained frames (1 without a decay)."""
+    if cfg.learn.lr_decay == "none":
+        return 1.0
+    end = cfg.learn.lr_decay_frames or cfg.run.total_frames
+    return max(0.0, 1.0 - frames / end)
 
 
 def global_batch(cfg: Config, world_size: int) -> int:

@@ -110,6 +110,7 @@ class Learner:
         self.lr_step = 0
         self.lr_scale = 1.0  # the collapse guard's cut after a rollback (ba3c.guard)
         self.lr_adapt = 1.0  # --lr-adapt kl's multiplier, moved after every update by the measured policy change
+        self.lr_decay = 1.0  # --lr-decay's multiplier, set by the trainer from the frames trained (config.lr_decay_factor)
         self._kl_on = cfg.lr_adapt == "kl"
         self.noise_sub_batch = noise_sub_batch  # --noise-scale-every's small batch (ba3c.config.noise_sub_batch)
         self._pending: Future | None = None
@@ -219,9 +220,10 @@ class Learner:
 
     # ---- host side
     def current_lr(self) -> float:
+        lr = self.base_lr * self.lr_scale * self.lr_adapt * self.lr_decay
         if self.warmup <= 0:
-            return self.base_lr * self.lr_scale * self.lr_adapt
-        return self.base_lr * self.lr_scale * self.lr_adapt * min(1.0, (self.lr_step + 1) / self.warmup)
+            return lr
+        return lr * min(1.0, (self.lr_step + 1) / self.warmup)
 
     def train(self, batch: TrainBatch) -> StepStats:
         t0 = time.perf_counter()

@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ba3c import checkpoint as ckpt
-from ba3c.config import IMPLIED_BY_OLDER_CONFIGS, Config, data_ranks, global_batch, noise_sub_batch, scaled_lr
+from ba3c.config import (IMPLIED_BY_OLDER_CONFIGS, Config, data_ranks, global_batch, lr_decay_factor, noise_sub_batch,
+                         scaled_lr)
 from ba3c.dist import Dist
 from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
@@ -78,6 +79,7 @@ class Trainer:
         self.guard = Guard(cfg.run, dist.is_root, self.state.lr_scale)
         self.learner.lr_scale = self.state.lr_scale  # earlier rollbacks' lr cuts hold for the whole run
         self.learner.lr_adapt = self.state.lr_adapt  # --lr-adapt kl goes on from where it was
+        self.learner.lr_decay = lr_decay_factor(cfg, self.state.frames)  # --lr-decay follows the frames trained
         self.interval = IntervalRecorder()
         self.frames_per_update = global_batch(cfg, dist.size) * spec.frames_per_step
         # Frames so far come from the checkpoint: a resume may change the world size, hence frames per update.
@@ -213,6 +215,7 @@ class Trainer:
         self.learn_timers.seconds["allreduce"] += self.stats.allreduce_s
         self.state.updates += 1
         self.state.frames += self.frames_per_update
+        self.learner.lr_decay = lr_decay_factor(self.cfg, self.state.frames)
         self.unsampled_steps += batch.unsampled_steps  # rank 0 adds every rank's at the next sync point
         self.flag.started = True  # from now on a stop request checkpoints first
         self.watchdog.last_progress = time.monotonic()
