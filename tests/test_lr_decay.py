@@ -2,11 +2,10 @@
 across a resume that moves the end of the decay."""
 from __future__ import annotations
 
-import csv
-
 import pytest
 
 from ba3c.config import Config, ConfigError, lr_decay_factor, validate
+from benchmarks.harness import progress_rows
 from conftest import run_train
 
 
@@ -31,18 +30,13 @@ def test_config_refuses_a_decay_that_would_train_at_zero_or_do_nothing():
         validate(Config().replace(lr_decay="cosine"))
 
 
-def _rows(path) -> list[dict[str, str]]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
 def test_run_logs_the_decayed_lr_and_a_resume_follows_the_frames(tmp_path):
     run = tmp_path / "decay"
     common = ["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20",
               "--lr-scaling", "none", "--lr-decay", "linear", "--run-dir", str(run),
               "--log-interval-s", "0.01", "--stats-interval-updates", "5"]
     run_train([*common, "--total-frames", "2000"], timeout=200)
-    rows = [r for r in _rows(run / "progress.csv") if r["rollbacks"] == "0"]  # a rollback would cut the lr too
+    rows = [r for r in progress_rows(str(run)) if r["rollbacks"] == "0"]  # a rollback would cut the lr too
     assert len(rows) >= 3
     # the lr column is the next update's lr: 5e-4 times the share of the frames still to train
     for r in rows:
@@ -52,7 +46,7 @@ def test_run_logs_the_decayed_lr_and_a_resume_follows_the_frames(tmp_path):
     # resume with a later end of the decay: the lr comes back up to where the new line is at these frames
     p = run_train(["--resume", str(run), "--total-frames", "2400", "--lr-decay-frames", "4000"], timeout=200)
     assert "resuming from" in p.stdout
-    after = [r for r in _rows(run / "progress.csv") if int(r["frames"]) > done and r["rollbacks"] == "0"]
+    after = [r for r in progress_rows(str(run)) if int(r["frames"]) > done and r["rollbacks"] == "0"]
     assert after
     for r in after:
         assert float(r["lr"]) == pytest.approx(5e-4 * (1 - int(r["frames"]) / 4000), rel=1e-5)
