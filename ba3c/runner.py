@@ -297,8 +297,11 @@ class Trainer:
                          force=stop or self._last_update() or plan.action not in ("none", "snapshot"),
                          health=self.probe)
         if self.evaluator is not None and self.state.frames >= self.next_eval:
-            self.evaluator.submit([np.array(w) for w in self.model.get_weights()], self.state.frames,
-                                  self.state.updates, self.state.elapsed(now))
+            if not self.evaluator.submit([np.array(w) for w in self.model.get_weights()], self.state.frames,
+                                         self.state.updates, self.state.elapsed(now)):
+                # a gap in eval.csv needs a reason: long games (up to the protocol's cap) hold the thread
+                print(f"ba3c: evaluation at {self.state.frames:,} frames skipped: an earlier one is still playing "
+                      f"and another waits (eval.csv has no row for it)", file=sys.stderr, flush=True)
             self.next_eval += r.eval_every_frames
         # Never over a good checkpoint with a collapsed state: a checkpoint due now waits for an interval that
         # is not collapsed (after a rollback the restored state is written at the next one).

@@ -174,10 +174,11 @@ class EvalThread(threading.Thread):
         self.cancel = threading.Event()
 
     def submit(self, weights: list[np.ndarray], frames: int, updates: int, time_s: float) -> bool:
+        """Queue an evaluation of these weights; False (skipped) when one is playing and another already waits."""
         try:
             self.jobs.put_nowait((weights, frames, updates, time_s))
             return True
-        except queue.Full:  # the previous evaluation is still running: skip this one
+        except queue.Full:  # one evaluation plays, another waits: skip this one
             return False
 
     def finish(self, wait: bool = True) -> None:
