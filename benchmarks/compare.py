@@ -103,11 +103,17 @@ def sticky_actions(ev: dict[str, Any]) -> float:
     return float((ev.get("protocol") or {}).get("sticky_actions") or 0.0)
 
 
+def train_seed(ev: dict[str, Any]) -> int:
+    """The seed the evaluated run trained with (records from before the field: 0, the default, which every
+    run committed before it used, as their time_to_score-*-config.json files show)."""
+    return int(ev.get("train_seed") or 0)
+
+
 def select(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One evaluation per (game, policy, sticky actions): most training frames, then newest."""
-    best: dict[tuple[str, str, float], dict[str, Any]] = {}
+    """One evaluation per (game, policy, sticky actions, training seed): most training frames, then newest."""
+    best: dict[tuple[str, str, float, int], dict[str, Any]] = {}
     for ev in evals:
-        key = (ev["game"], policy_label(ev), sticky_actions(ev))
+        key = (ev["game"], policy_label(ev), sticky_actions(ev), train_seed(ev))
         rank = (ev.get("frames") or 0, ev.get("date") or "")
         if key not in best or rank > (best[key].get("frames") or 0, best[key].get("date") or ""):
             best[key] = ev
@@ -123,7 +129,8 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
         notes = ["" if cap is None or cap == STANDARD_MAX_EPISODE_FRAMES
                  else f"cap {steps:,} agent steps" if steps else f"cap {cap:,} frames",
                  "FIRE after a lost life" if str(proto.get("fire_after_life_loss", "")).startswith("FIRE") else "",
-                 f"sticky actions {sticky_actions(ev):g}" if sticky_actions(ev) else ""]
+                 f"sticky actions {sticky_actions(ev):g}" if sticky_actions(ev) else "",
+                 f"training seed {train_seed(ev)}" if train_seed(ev) else ""]
         note = ", ".join(n for n in notes if n)
         rows.append(Row(game=ev["game"], policy=policy_label(ev), protocol_note=note,
                         mean=float(ev["score"]["mean"]), std=float(ev["score"]["std"]),
@@ -223,6 +230,10 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
                      "stochastic policy, CleanRL's the mean training return of 3 seeds at the end of training "
                      "(lost lives end its training episodes, the return counts full games), neither with the "
                      "paper's greedy protocol.")
+    if any("training seed" in r.protocol_note for r in rows):
+        lines.append("* Rows without a training seed come from runs of the default seed (0); a row noted "
+                     "\"training seed N\" is another run of the same config with `--seed N`, shown beside it, so "
+                     "that one run's luck is not the only number.")
     lines.append("* Core-hours: measured CPU seconds of all ranks where the checkpoint has them from the start of "
                  "the run, otherwise training wall time x cores of the run (`cores_basis` in each JSON says which).")
     lines += ["", "Evaluation files:", ""]

@@ -493,7 +493,7 @@ def test_periodic_and_command_line_evaluation_with_sticky_actions(tmp_path):
     run_train(["--env", "breakout", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "32",
                "--total-frames", "2000", "--run-dir", str(run), "--stats-interval-updates", "5",
                "--eval-every-frames", "1000", "--eval-episodes", "1", "--eval-policy", "greedy",
-               "--max-episode-frames", "2000", "--eval-sticky-actions", "0.25"], timeout=300)
+               "--max-episode-frames", "2000", "--eval-sticky-actions", "0.25", "--seed", "3"], timeout=300)
     with open(run / "eval.csv", newline="") as fh:
         evals = list(csv.DictReader(fh))
     assert evals and all(e["sticky_actions"] == "0.25" for e in evals)
@@ -503,6 +503,7 @@ def test_periodic_and_command_line_evaluation_with_sticky_actions(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads((run / "eval-greedy-sticky0.25.json").read_text())
     assert data["protocol"]["sticky_actions"] == 0.25 and "sticky 0.25" in p.stdout
+    assert data["train_seed"] == 3 and data["seed"] == 0  # the run's seed, apart from the evaluation's own
     # the default (--life-loss auto) trains Breakout with a lost life as a terminal, and evaluates it so
     assert json.loads((run / "config.json").read_text())["sim"]["life_loss"] == "terminal"
     assert data["protocol"]["fire_after_life_loss"].startswith("FIRE")
@@ -525,3 +526,24 @@ def test_scores_table_keeps_sticky_evaluations_apart(tmp_path):
     files = md.split("Evaluation files:")[1]
     assert "(paper; cap 40,000 agent steps, sticky actions 0.25): `" in files
     assert "(paper; cap 40,000 agent steps): `" in files
+
+
+def test_scores_table_keeps_training_seeds_apart(tmp_path):
+    """Runs of two training seeds: one row each (the newest evaluation per seed), the other seed noted; an
+    evaluation from before the train_seed field counts as the default seed 0."""
+    cmp = load_compare()
+    proto = {"name": "paper", "max_episode_frames": 160_000, "max_episode_steps": 40_000}
+    for name, seed, mean, date in (("old/eval-paper.json", None, 19.0, "2026-12-01"),
+                                   ("s0/eval-paper.json", 0, 19.9, "2026-12-02"),
+                                   ("s1/eval-paper.json", 1, 14.2, "2026-12-03")):
+        extra = {} if seed is None else {"train_seed": seed}
+        (tmp_path / name).parent.mkdir()
+        (tmp_path / name).write_text(json.dumps(fake_eval("pong", "paper", mean, 20_000_000, date,
+                                                          protocol=proto, **extra)))
+    pub = cmp.load_published(cmp.DEFAULT_PUBLISHED)
+    rows = cmp.build_rows(cmp.find_evals([tmp_path]), pub)
+    assert [(r.mean, r.protocol_note) for r in rows] == [
+        (19.9, "cap 40,000 agent steps"), (14.2, "cap 40,000 agent steps, training seed 1")]
+    md = cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
+    assert "| Pong | 14.2 ± 1.5 | paper, cap 40,000 agent steps, training seed 1 |" in md
+    assert "training seed N" in md.split("## Notes")[1]
