@@ -61,6 +61,10 @@ class SimConfig:
                                 "stay in step and fill every batch from one moment of the game; the games under way "
                                 "then are left out of the episode statistics. Atari with synchronous simulation "
                                 "(--predict-batch equal to --num-envs) only. 0: off")
+    sticky_actions: float = _f(0.0, "train with sticky actions (Atari): ALE's repeat_action_probability, the chance "
+                               "that each emulator frame repeats the previous action instead of the agent's; 0.25 as "
+                               "in the BA3C authors' gym *-v0 games (and ALE v5's default). 0: none (ours, as DQN's); "
+                               "evaluation is set apart, by --eval-sticky-actions and ba3c.evaluate --sticky-actions")
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,8 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
                                              "lr_adapt": "none", "kl_target": 0.002, "kl_samples": 256, "kl_lr_max": 16.0,
                                              "noise_scale_every": 0, "advantage_norm": "none",
-                                             "decorrelate_steps": 0, "lr_decay": "none", "lr_decay_frames": 0}
+                                             "decorrelate_steps": 0, "lr_decay": "none", "lr_decay_frames": 0,
+                                             "sticky_actions": 0.0}
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -283,6 +288,9 @@ def validate(cfg: Config) -> None:
     if not 0.0 <= r.eval_sticky_actions < 1.0:
         raise ConfigError(f"--eval-sticky-actions: must be in [0, 1) (the probability that an emulator frame repeats "
                           f"the previous action), got {r.eval_sticky_actions}")
+    if not 0.0 <= s.sticky_actions < 1.0:
+        raise ConfigError(f"--sticky-actions: must be in [0, 1) (the probability that an emulator frame repeats the "
+                          f"previous action), got {s.sticky_actions}")
     if s.decorrelate_steps and s.predict_batch != s.num_envs:
         raise ConfigError(f"--decorrelate-steps {s.decorrelate_steps}: ALE restarts single games only in synchronous "
                           f"simulation; set --predict-batch equal to --num-envs ({s.num_envs}), now {s.predict_batch}")

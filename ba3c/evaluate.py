@@ -162,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     result.update(checkpoint=os.path.abspath(c.path), run_dir=loaded.run_dir, model=c.meta["model"],
                   frames=c.meta.get("frames"), updates=c.meta.get("updates"),
-                  train_seed=cfg.sim.seed,  # "seed" is the evaluation's own; runs of two seeds are two rows in compare.py
+                  # "seed" and protocol.sticky_actions are the evaluation's own; compare.py gives each run its row
+                  train_seed=cfg.sim.seed, train_sticky_actions=cfg.sim.sticky_actions,
                   date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                   **training_cost(loaded.run_dir, c.meta))
     sticky = f"-sticky{args.sticky_actions:g}" if args.sticky_actions else ""  # never over the evaluation without

@@ -105,7 +105,10 @@ class Trainer:
         with self.flag.fatal_during_c_call() if self.spec.kind == "atari" else contextlib.nullcontext():
             self.sim = make_simulator(self.spec, s.num_envs * k, s.predict_batch * k,
                                       s.env_threads or cores_available(), s.max_episode_frames,
-                                      fire_after_life_loss=s.life_loss == "terminal")
+                                      fire_after_life_loss=s.life_loss == "terminal", sticky_actions=s.sticky_actions)
+        settings = getattr(self.sim, "settings", None)  # Atari: what ALE was given, not only what was asked
+        if self.dist.is_root and settings is not None and settings.repeat_action_probability:
+            print(f"ba3c: training with sticky actions {settings.repeat_action_probability:g}", flush=True)
         self.model_kind = resolve_model_kind(l.model, self.sim.obs_shape)
         self.model = build_model(self.model_kind, self.sim.obs_shape, self.sim.num_actions, seed=s.seed)  # same init on every rank
         self.lr = scaled_lr(self.cfg, self.dist.size)

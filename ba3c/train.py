@@ -106,6 +106,9 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
         if cfg.sim.decorrelate_steps and spec.kind != "atari":
             raise ConfigError(f"--decorrelate-steps {cfg.sim.decorrelate_steps}: only Atari simulators restart single "
                               f"games; {cfg.sim.env} is not an Atari game (use 0)")
+        if cfg.sim.sticky_actions and spec.kind != "atari":
+            raise ConfigError(f"--sticky-actions {cfg.sim.sticky_actions}: sticky actions are an ALE setting; "
+                              f"{cfg.sim.env} is not an Atari game (use 0)")
         if cfg.run.eval_sticky_actions and spec.kind != "atari":
             raise ConfigError(f"--eval-sticky-actions {cfg.run.eval_sticky_actions}: sticky actions are an ALE setting; "
                               f"{cfg.sim.env} is not an Atari game (use 0)")

@@ -109,11 +109,18 @@ def train_seed(ev: dict[str, Any]) -> int:
     return int(ev.get("train_seed") or 0)
 
 
+def train_sticky_actions(ev: dict[str, Any]) -> float:
+    """The repeat-action probability the evaluated run trained with (records from before the field: 0, as
+    every run before the option trained)."""
+    return float(ev.get("train_sticky_actions") or 0.0)
+
+
 def select(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One evaluation per (game, policy, sticky actions, training seed): most training frames, then newest."""
-    best: dict[tuple[str, str, float, int], dict[str, Any]] = {}
+    """One evaluation per (game, policy, sticky actions played, training seed, sticky actions trained with):
+    most training frames, then newest."""
+    best: dict[tuple[str, str, float, int, float], dict[str, Any]] = {}
     for ev in evals:
-        key = (ev["game"], policy_label(ev), sticky_actions(ev), train_seed(ev))
+        key = (ev["game"], policy_label(ev), sticky_actions(ev), train_seed(ev), train_sticky_actions(ev))
         rank = (ev.get("frames") or 0, ev.get("date") or "")
         if key not in best or rank > (best[key].get("frames") or 0, best[key].get("date") or ""):
             best[key] = ev
@@ -130,7 +137,8 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
                  else f"cap {steps:,} agent steps" if steps else f"cap {cap:,} frames",
                  "FIRE after a lost life" if str(proto.get("fire_after_life_loss", "")).startswith("FIRE") else "",
                  f"sticky actions {sticky_actions(ev):g}" if sticky_actions(ev) else "",
-                 f"training seed {train_seed(ev)}" if train_seed(ev) else ""]
+                 f"training seed {train_seed(ev)}" if train_seed(ev) else "",
+                 f"trained with sticky actions {train_sticky_actions(ev):g}" if train_sticky_actions(ev) else ""]
         note = ", ".join(n for n in notes if n)
         rows.append(Row(game=ev["game"], policy=policy_label(ev), protocol_note=note,
                         mean=float(ev["score"]["mean"]), std=float(ev["score"]["std"]),
@@ -230,6 +238,9 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
                      "stochastic policy, CleanRL's the mean training return of 3 seeds at the end of training "
                      "(lost lives end its training episodes, the return counts full games), neither with the "
                      "paper's greedy protocol.")
+    if any("trained with sticky actions" in r.protocol_note for r in rows):
+        lines.append("* A row noted \"trained with sticky actions P\" comes from a run trained with `--sticky-actions P` "
+                     "(the others trained without); \"sticky actions P\" alone says how the evaluation was played.")
     if any("training seed" in r.protocol_note for r in rows):
         lines.append("* Rows without a training seed come from runs of the default seed (0); a row noted "
                      "\"training seed N\" is another run of the same config with `--seed N`, shown beside it, so "

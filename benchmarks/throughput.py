@@ -55,7 +55,8 @@ def timed_rate(step: Callable[[], int], seconds: float, warmup_calls: int) -> fl
 def measure_env(cfg: Config, spec: EnvSpec, seconds: float) -> tuple[float, tuple[int, ...], int]:
     """E: async ALE vector env with random actions, as the trainer builds it. Returns (steps/s, obs shape, actions)."""
     s = cfg.sim
-    sim = AtariSimulator(spec, s.num_envs, s.predict_batch, s.env_threads or cores_available(), s.max_episode_frames)
+    sim = AtariSimulator(spec, s.num_envs, s.predict_batch, s.env_threads or cores_available(), s.max_episode_frames,
+                         sticky_actions=s.sticky_actions)
     rng = np.random.default_rng(s.seed)
     try:
         sim.reset(s.seed)

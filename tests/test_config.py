@@ -90,6 +90,9 @@ BAD = [
     (["--eval-sticky-actions", "1"], "--eval-sticky-actions"),
     (["--eval-sticky-actions", "-0.25"], "--eval-sticky-actions"),
     (["--env", "CartPole-v1", "--eval-sticky-actions", "0.25"], "--eval-sticky-actions"),
+    (["--sticky-actions", "1"], "--sticky-actions: must be in [0, 1)"),
+    (["--sticky-actions", "nan"], "--sticky-actions: must be a finite number"),
+    (["--env", "CartPole-v1", "--sticky-actions", "0.25"], "--sticky-actions 0.25: sticky actions are an ALE"),
     (["--decorrelate-steps", "-1"], "--decorrelate-steps"),
     (["--decorrelate-steps", "100"], "--predict-batch equal to --num-envs"),  # default: asynchronous
     (["--env", "CartPole-v1", "--decorrelate-steps", "100", "--predict-batch", "8", "--num-envs", "8"],

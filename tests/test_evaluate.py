@@ -490,10 +490,15 @@ def test_periodic_and_command_line_evaluation_with_sticky_actions(tmp_path):
     """--eval-sticky-actions reaches eval.csv and eval-protocol.json; `ba3c.evaluate --sticky-actions` the JSON
     (under a name of its own, beside the evaluation without) and the table."""
     run = tmp_path / "bo"
-    run_train(["--env", "breakout", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "32",
-               "--total-frames", "2000", "--run-dir", str(run), "--stats-interval-updates", "5",
-               "--eval-every-frames", "1000", "--eval-episodes", "1", "--eval-policy", "greedy",
-               "--max-episode-frames", "2000", "--eval-sticky-actions", "0.25", "--seed", "3"], timeout=300)
+    trained = run_train(["--env", "breakout", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "32",
+                         "--total-frames", "2000", "--run-dir", str(run), "--stats-interval-updates", "5",
+                         "--eval-every-frames", "1000", "--eval-episodes", "1", "--eval-policy", "greedy",
+                         "--max-episode-frames", "2000", "--eval-sticky-actions", "0.25", "--seed", "3",
+                         "--sticky-actions", "0.5"], timeout=300)
+    # training's own stickiness (0.5) reaches ALE (the line reads the simulator's settings) and config.json,
+    # apart from the evaluation's (0.25)
+    assert "ba3c: training with sticky actions 0.5\n" in trained.stdout
+    assert json.loads((run / "config.json").read_text())["sim"]["sticky_actions"] == 0.5
     with open(run / "eval.csv", newline="") as fh:
         evals = list(csv.DictReader(fh))
     assert evals and all(e["sticky_actions"] == "0.25" for e in evals)
@@ -504,6 +509,7 @@ def test_periodic_and_command_line_evaluation_with_sticky_actions(tmp_path):
     data = json.loads((run / "eval-greedy-sticky0.25.json").read_text())
     assert data["protocol"]["sticky_actions"] == 0.25 and "sticky 0.25" in p.stdout
     assert data["train_seed"] == 3 and data["seed"] == 0  # the run's seed, apart from the evaluation's own
+    assert data["train_sticky_actions"] == 0.5
     # the default (--life-loss auto) trains Breakout with a lost life as a terminal, and evaluates it so
     assert json.loads((run / "config.json").read_text())["sim"]["life_loss"] == "terminal"
     assert data["protocol"]["fire_after_life_loss"].startswith("FIRE")
@@ -546,4 +552,13 @@ def test_scores_table_keeps_training_seeds_apart(tmp_path):
         (19.9, "cap 40,000 agent steps"), (14.2, "cap 40,000 agent steps, training seed 1")]
     md = cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
     assert "| Pong | 14.2 ± 1.5 | paper, cap 40,000 agent steps, training seed 1 |" in md
-    assert "training seed N" in md.split("## Notes")[1]
+    assert "training seed N" in md.split("## Notes")[1] and "trained with sticky" not in md
+    # a run trained with sticky actions is a row of its own too, however new
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "eval-paper.json").write_text(json.dumps(fake_eval(
+        "pong", "paper", 12.0, 20_000_000, "2026-12-04", protocol=proto, train_sticky_actions=0.25)))
+    rows = cmp.build_rows(cmp.find_evals([tmp_path]), pub)
+    assert [(r.mean, r.protocol_note) for r in rows] == [
+        (19.9, "cap 40,000 agent steps"), (12.0, "cap 40,000 agent steps, trained with sticky actions 0.25"),
+        (14.2, "cap 40,000 agent steps, training seed 1")]
+    assert "trained with `--sticky-actions P`" in cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
