@@ -285,12 +285,10 @@ def validate(cfg: Config) -> None:
     for name in ("guard_entropy_drop", "guard_lr_cut"):
         if not 0.0 < getattr(r, name) < 1.0:
             raise ConfigError(f"{_flag(name)}: must be in (0, 1), got {getattr(r, name)}")
-    if not 0.0 <= r.eval_sticky_actions < 1.0:
-        raise ConfigError(f"--eval-sticky-actions: must be in [0, 1) (the probability that an emulator frame repeats "
-                          f"the previous action), got {r.eval_sticky_actions}")
-    if not 0.0 <= s.sticky_actions < 1.0:
-        raise ConfigError(f"--sticky-actions: must be in [0, 1) (the probability that an emulator frame repeats the "
-                          f"previous action), got {s.sticky_actions}")
+    for option, p in (("--sticky-actions", s.sticky_actions), ("--eval-sticky-actions", r.eval_sticky_actions)):
+        if not 0.0 <= p < 1.0:  # also rejects nan
+            raise ConfigError(f"{option}: must be in [0, 1) (the probability that an emulator frame repeats the previous "
+                              f"action), got {p}")
     if s.decorrelate_steps and s.predict_batch != s.num_envs:
         raise ConfigError(f"--decorrelate-steps {s.decorrelate_steps}: ALE restarts single games only in synchronous "
                           f"simulation; set --predict-batch equal to --num-envs ({s.num_envs}), now {s.predict_batch}")

@@ -57,7 +57,7 @@ class Reporter:
         self.meta = meta
         self.writer.write_json("meta.json", meta)
         self.recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=100)  # (score, length)
-        self._last_t: float | None = None  # None: the state's clock start
+        self._last_t: float | None = None  # None: before the first sync point
         self._last_updates, self._last_frames = state.updates, state.frames
         self._entropies: list[float] = []  # per sync interval since the last row
         self._grad_max = 0.0
@@ -80,6 +80,12 @@ class Reporter:
         self._entropies.append(interval.entropy)
         self._grad_max = max(self._grad_max, interval.grad_norm_max)
         self._worst = max(self._worst, verdict, key=_SEVERITY.__getitem__)
+        if self._last_t is None and not force:
+            # The first sync point starts the rates: before it came start-up (the model, the first batches,
+            # --decorrelate-steps' random play, counted as frames but not updates), which made the first
+            # line's fps and ETA wrong by far (34 hours for a 2-hour run).
+            self._last_t, self._last_updates, self._last_frames = now, state.updates, state.frames
+            return
         last_t = state.t_start if self._last_t is None else self._last_t
         if now - last_t < self.run_cfg.log_interval_s and not force:
             return

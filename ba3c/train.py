@@ -106,12 +106,10 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
         if cfg.sim.decorrelate_steps and spec.kind != "atari":
             raise ConfigError(f"--decorrelate-steps {cfg.sim.decorrelate_steps}: only Atari simulators restart single "
                               f"games; {cfg.sim.env} is not an Atari game (use 0)")
-        if cfg.sim.sticky_actions and spec.kind != "atari":
-            raise ConfigError(f"--sticky-actions {cfg.sim.sticky_actions}: sticky actions are an ALE setting; "
-                              f"{cfg.sim.env} is not an Atari game (use 0)")
-        if cfg.run.eval_sticky_actions and spec.kind != "atari":
-            raise ConfigError(f"--eval-sticky-actions {cfg.run.eval_sticky_actions}: sticky actions are an ALE setting; "
-                              f"{cfg.sim.env} is not an Atari game (use 0)")
+        for option, p in (("--sticky-actions", cfg.sim.sticky_actions), ("--eval-sticky-actions", cfg.run.eval_sticky_actions)):
+            if p and spec.kind != "atari":
+                raise ConfigError(f"{option} {p}: sticky actions are an ALE setting; {cfg.sim.env} is not an Atari game "
+                                  f"(use 0)")
         check_world(cfg, dist_mod.world_size_hint())
         _check_fits(cfg, spec)
         run_dir = cfg.run.run_dir or default_run_dir(spec.name)
