@@ -59,6 +59,8 @@ class Row:
     core_hours: float | None
     published: dict[str, float]  # source -> score, only the sources that report this game
     path: str
+    train_seed: int = 0               # the evaluated run's --seed
+    train_sticky_actions: float = 0.0  # the evaluated run's --sticky-actions
 
 
 def load_published(path: str | Path) -> dict[str, dict[str, Published]]:
@@ -144,7 +146,8 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
                         mean=float(ev["score"]["mean"]), std=float(ev["score"]["std"]),
                         episodes=int(ev["episodes"]), frames=ev.get("frames"),
                         train_wall_s=ev.get("train_wall_s"), core_hours=ev.get("core_hours"),
-                        published={s: pub[s].score for s in SOURCES if s in pub}, path=ev["_path"]))
+                        published={s: pub[s].score for s in SOURCES if s in pub}, path=ev["_path"],
+                        train_seed=train_seed(ev), train_sticky_actions=train_sticky_actions(ev)))
     return rows
 
 
@@ -238,10 +241,10 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
                      "stochastic policy, CleanRL's the mean training return of 3 seeds at the end of training "
                      "(lost lives end its training episodes, the return counts full games), neither with the "
                      "paper's greedy protocol.")
-    if any("trained with sticky actions" in r.protocol_note for r in rows):
+    if any(r.train_sticky_actions for r in rows):
         lines.append("* A row noted \"trained with sticky actions P\" comes from a run trained with `--sticky-actions P` "
                      "(the others trained without); \"sticky actions P\" alone says how the evaluation was played.")
-    if any("training seed" in r.protocol_note for r in rows):
+    if any(r.train_seed for r in rows):
         lines.append("* Rows without a training seed come from runs of the default seed (0); a row noted "
                      "\"training seed N\" is another run of the same config with `--seed N`, shown beside it, so "
                      "that one run's luck is not the only number.")
