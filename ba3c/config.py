@@ -286,9 +286,8 @@ def validate(cfg: Config) -> None:
         if not 0.0 < getattr(r, name) < 1.0:
             raise ConfigError(f"{_flag(name)}: must be in (0, 1), got {getattr(r, name)}")
     for option, p in (("--sticky-actions", s.sticky_actions), ("--eval-sticky-actions", r.eval_sticky_actions)):
-        if not 0.0 <= p < 1.0:  # also rejects nan
-            raise ConfigError(f"{option}: must be in [0, 1) (the probability that an emulator frame repeats the previous "
-                              f"action), got {p}")
+        if (problem := sticky_actions_problem(option, p)) is not None:
+            raise ConfigError(problem)
     if s.decorrelate_steps and s.predict_batch != s.num_envs:
         raise ConfigError(f"--decorrelate-steps {s.decorrelate_steps}: ALE restarts single games only in synchronous "
                           f"simulation; set --predict-batch equal to --num-envs ({s.num_envs}), now {s.predict_batch}")
@@ -326,6 +325,17 @@ def validate(cfg: Config) -> None:
     if l.noise_scale_every and r.rehearse_ranks == 1 and l.train_batch < 8:
         raise ConfigError(f"--noise-scale-every needs sub-batches of at least 2 samples: --train-batch {l.train_batch} "
                           f"/ 4 is less; raise --train-batch to 8 or more, or rehearse ranks (--rehearse-ranks)")
+
+
+def sticky_actions_problem(option: str, p: float, env_kind: str = "atari", env_name: str = "") -> str | None:
+    """Why `p` is no repeat-action probability ALE can play (0 <= p < 1; 1 would never take an action; Atari only),
+    or None. Callers raise their own error type (ConfigError for the trainer, EvalError for ba3c.evaluate)."""
+    if not (isinstance(p, (int, float)) and 0.0 <= p < 1.0):  # also rejects nan
+        return (f"{option}: must be in [0, 1) (the probability that an emulator frame repeats the previous action; "
+                f"0.25 in the BA3C authors' gym *-v0 environments), got {p}")
+    if p and env_kind != "atari":
+        return f"{option} {p}: sticky actions are an ALE setting; {env_name or env_kind} is not an Atari game (use 0)"
+    return None
 
 
 def data_ranks(cfg: Config, world_size: int) -> int:

@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ba3c.checkpoint import Checkpoint, assign_arrays
-from ba3c.config import Config, saved_config
+from ba3c.config import Config, saved_config, sticky_actions_problem
 from ba3c.simulators import EnvSpec, Simulator
 from ba3c.workers import EvalCancelled, cores_available
 
@@ -267,13 +267,10 @@ def _check_options(episodes: int, num_envs: int, epsilon: float, max_episode_fra
 
 
 def check_sticky_actions(p: float, spec: EnvSpec | None = None, flag: str = "--sticky-actions") -> None:
-    """A repeat-action probability ALE can play: 0 <= p < 1 (1 would never take an action), Atari only."""
-    if not (isinstance(p, (int, float)) and 0.0 <= p < 1.0):  # also rejects nan
-        raise EvalError(f"{flag} must be in [0, 1) (the probability that an emulator frame repeats the previous "
-                        f"action; 0.25 for the BA3C authors' gym *-v0 environments), got {p}")
-    if p and spec is not None and spec.kind != "atari":
-        raise EvalError(f"{flag} {p}: sticky actions are an ALE setting; {spec.kind}:{spec.name} is not an Atari "
-                        f"game (use 0)")
+    """A repeat-action probability ALE can play (config.sticky_actions_problem); Atari only where `spec` is known."""
+    problem = sticky_actions_problem(flag, p, spec.kind if spec else "atari", f"{spec.kind}:{spec.name}" if spec else "")
+    if problem is not None:
+        raise EvalError(problem)
 
 
 def episode_cap_frames(protocol: Protocol, spec: EnvSpec, max_episode_frames: int | None) -> int:

@@ -10,7 +10,7 @@ import traceback
 from typing import Sequence
 
 from ba3c.config import (PRESETS, Config, ConfigError, build_parser, check_world, load_json, resolve_life_loss,
-                         saved_config)
+                         saved_config, sticky_actions_problem)
 
 # Options that change the network or what it is trained on: a resume may not change them.
 MODEL_DEFINING = ("env", "model")
@@ -107,9 +107,8 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
             raise ConfigError(f"--decorrelate-steps {cfg.sim.decorrelate_steps}: only Atari simulators restart single "
                               f"games; {cfg.sim.env} is not an Atari game (use 0)")
         for option, p in (("--sticky-actions", cfg.sim.sticky_actions), ("--eval-sticky-actions", cfg.run.eval_sticky_actions)):
-            if p and spec.kind != "atari":
-                raise ConfigError(f"{option} {p}: sticky actions are an ALE setting; {cfg.sim.env} is not an Atari game "
-                                  f"(use 0)")
+            if (problem := sticky_actions_problem(option, p, spec.kind, cfg.sim.env)) is not None:
+                raise ConfigError(problem)
         check_world(cfg, dist_mod.world_size_hint())
         _check_fits(cfg, spec)
         run_dir = cfg.run.run_dir or default_run_dir(spec.name)

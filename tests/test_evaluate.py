@@ -471,11 +471,11 @@ def test_sticky_actions_option_is_checked_and_recorded(tmp_path, capsys):
     plain = evaluation.evaluate_model(model, spec, 1, "greedy", num_envs=1, max_episode_frames=40, num_threads=1)
     assert plain["protocol"]["sticky_actions"] == 0.0 and "sticky 0," in ev.format_table(plain).splitlines()[0]
     for bad in (1.0, -0.1, float("nan")):
-        with pytest.raises(evaluation.EvalError, match=r"--sticky-actions must be in \[0, 1\)"):
+        with pytest.raises(evaluation.EvalError, match=r"--sticky-actions: must be in \[0, 1\)"):
             evaluation.evaluate_model(model, spec, 1, sticky_actions=bad)
         assert ev.main([str(tmp_path / "nowhere"), "--sticky-actions", str(bad)]) == 2  # before any file is read
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "--sticky-actions must be in [0, 1)" in err[0]
+        assert len(err) == 1 and "--sticky-actions: must be in [0, 1)" in err[0]
     with pytest.raises(evaluation.EvalError, match="not an Atari game"):
         evaluation.evaluate_model(model, EnvSpec("gym", "CartPole-v1"), 1, sticky_actions=0.25)
     from test_config import write_run_from_elsewhere

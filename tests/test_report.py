@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+from typing import Iterator
+
+import pytest
 
 from ba3c.config import Config, RunConfig
 from ba3c.guard import HEALTHY, IntervalStats
@@ -16,14 +19,22 @@ STATS = StepStats(policy_loss=0.0, value_loss=0.0, entropy=1.0, grad_norm=0.1, t
                   policy_lag=0.0)
 
 
-def test_the_first_line_leaves_start_up_out_of_fps_and_eta(tmp_path, capsys):
-    """Start-up (here 30 s, with 200,000 frames of --decorrelate-steps' random play and one update) is counted
-    in frames but must not enter the rates: the first line's rates are those of training between sync points."""
+@pytest.fixture
+def run(tmp_path) -> Iterator[tuple[RunState, Reporter]]:
+    """A fresh run's state and its Reporter (a line every 5 s, 4,000 updates of 256 frames), writing to tmp_path."""
     cfg = dataclasses.replace(Config(), run=RunConfig(total_frames=1_000_000, log_interval_s=5.0))
     state = RunState()
     state.start_clocks()
-    t0 = state.t_start
     reporter = Reporter(str(tmp_path), cfg, META, state, total_updates=4_000, frames_per_update=256, resumed=False)
+    yield state, reporter
+    reporter.writer.close()
+
+
+def test_the_first_line_leaves_start_up_out_of_fps_and_eta(run, tmp_path, capsys):
+    """Start-up (here 30 s, with 200,000 frames of --decorrelate-steps' random play and one update) is counted
+    in frames but must not enter the rates: the first line's rates are those of training between sync points."""
+    state, reporter = run
+    t0 = state.t_start
 
     def sync(seconds: float, updates: int, frames: int) -> None:
         state.updates, state.frames = updates, frames
@@ -37,20 +48,15 @@ def test_the_first_line_leaves_start_up_out_of_fps_and_eta(tmp_path, capsys):
     line = capsys.readouterr().out
     assert "2,560 fps" in line and "10.00 upd/s" in line, line
     assert "ETA 0:06:29" in line, line  # (4,000 - 101) updates at 10 per second
-    reporter.writer.close()
-    with open(tmp_path / "progress.csv") as f:
+    with open(tmp_path / "progress.csv") as f:  # each row is flushed as it is written
         rows = list(csv.DictReader(f))
     assert [float(r["frames_per_s"]) for r in rows] == [2560.0]
 
 
-def test_a_forced_first_row_is_still_written(tmp_path, capsys):
+def test_a_forced_first_row_is_still_written(run, tmp_path, capsys):
     """A run that ends at its first sync point still gets its row (rates over its whole time)."""
-    cfg = dataclasses.replace(Config(), run=RunConfig(total_frames=1_000_000, log_interval_s=5.0))
-    state = RunState()
-    state.start_clocks()
-    reporter = Reporter(str(tmp_path), cfg, META, state, total_updates=4_000, frames_per_update=256, resumed=False)
+    state, reporter = run
     state.updates, state.frames = 10, 2_560
     reporter.sync(state, [], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4, state.t_start + 2.0,
                   force=True)
     assert "1,280 fps" in capsys.readouterr().out
-    reporter.writer.close()
