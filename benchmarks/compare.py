@@ -171,6 +171,13 @@ def _num(x: float | None, fmt: str = "{:,.1f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
+def _score(mean: float, std: float) -> str:
+    """Two decimals below 100 points (Pong, Boxing: one decimal would show 19.96 as 20.0 beside a target of 20),
+    one above; the std at the mean's precision."""
+    d = 2 if abs(mean) < 100 else 1
+    return f"{mean:,.{d}f} ± {std:,.{d}f}"
+
+
 def _frames(f: int | None) -> str:
     return "–" if f is None else f"{f / 1e6:.1f}M" if f >= 1e5 else f"{f:,}"
 
@@ -183,7 +190,7 @@ def render_table(rows: list[Row]) -> list[str]:
     for r in rows:
         hn = human_normalized(r.mean, r.published.get("human"), r.published.get("random"))
         ours_protocol = ", ".join(x for x in (r.policy, r.protocol_note) if x)
-        cells = [title(r.game), f"{r.mean:,.1f} ± {r.std:,.1f}", ours_protocol, str(r.episodes), _frames(r.frames),
+        cells = [title(r.game), _score(r.mean, r.std), ours_protocol, str(r.episodes), _frames(r.frames),
                  _num(None if r.train_wall_s is None else r.train_wall_s / 3600, "{:,.2f}"),
                  _num(r.core_hours, "{:,.2f}"), *(_num(r.published.get(s)) for s in SOURCES),
                  _num(hn, "{:,.0f}%")]

@@ -231,7 +231,7 @@ def test_table_from_synthetic_evals(tmp_path):
     md = (out / "SCORES.md").read_text()
     pong_line = next(line for line in md.splitlines() if line.startswith("| Pong |"))
     cells = [c.strip() for c in pong_line.strip("|").split("|")]
-    assert cells[:5] == ["Pong", "18.0 ± 1.5", "greedy", "50", "2.0M"]
+    assert cells[:5] == ["Pong", "18.00 ± 1.50", "greedy", "50", "2.0M"]
     assert cells[7:13] == ["20.0", "16.7", "17.3", "20.4", "9.3", "-20.7"]
     assert "| Breakout | 120.0 ± 1.5 | egreedy 0.05, FIRE after a lost life |" in md
     assert "arXiv:1507.04296" in md and "arXiv:1801.02852" in md and "Nature" in md
@@ -540,7 +540,7 @@ def test_scores_table_keeps_training_seeds_apart(tmp_path):
     cmp = load_compare()
     proto = {"name": "paper", "max_episode_frames": 160_000, "max_episode_steps": 40_000}
     for name, seed, mean, date in (("old/eval-paper.json", None, 19.0, "2026-12-01"),
-                                   ("s0/eval-paper.json", 0, 19.9, "2026-12-02"),
+                                   ("s0/eval-paper.json", 0, 19.96, "2026-12-02"),
                                    ("s1/eval-paper.json", 1, 14.2, "2026-12-03")):
         extra = {} if seed is None else {"train_seed": seed}
         (tmp_path / name).parent.mkdir()
@@ -549,9 +549,10 @@ def test_scores_table_keeps_training_seeds_apart(tmp_path):
     pub = cmp.load_published(cmp.DEFAULT_PUBLISHED)
     rows = cmp.build_rows(cmp.find_evals([tmp_path]), pub)
     assert [(r.mean, r.protocol_note) for r in rows] == [
-        (19.9, "cap 40,000 agent steps"), (14.2, "cap 40,000 agent steps, training seed 1")]
+        (19.96, "cap 40,000 agent steps"), (14.2, "cap 40,000 agent steps, training seed 1")]
     md = cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
-    assert "| Pong | 14.2 ± 1.5 | paper, cap 40,000 agent steps, training seed 1 |" in md
+    assert "| Pong | 14.20 ± 1.50 | paper, cap 40,000 agent steps, training seed 1 |" in md
+    assert "| Pong | 19.96 ± 1.50 | paper, cap 40,000 agent steps |" in md  # not "20.0", beside a target of 20
     assert "training seed N" in md.split("## Notes")[1] and "trained with sticky" not in md
     # a run trained with sticky actions is a row of its own too, however new
     (tmp_path / "st").mkdir()
@@ -559,6 +560,6 @@ def test_scores_table_keeps_training_seeds_apart(tmp_path):
         "pong", "paper", 12.0, 20_000_000, "2026-12-04", protocol=proto, train_sticky_actions=0.25)))
     rows = cmp.build_rows(cmp.find_evals([tmp_path]), pub)
     assert [(r.mean, r.protocol_note) for r in rows] == [
-        (19.9, "cap 40,000 agent steps"), (12.0, "cap 40,000 agent steps, trained with sticky actions 0.25"),
+        (19.96, "cap 40,000 agent steps"), (12.0, "cap 40,000 agent steps, trained with sticky actions 0.25"),
         (14.2, "cap 40,000 agent steps, training seed 1")]
     assert "trained with `--sticky-actions P`" in cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
