@@ -7,11 +7,9 @@ Seaquest's sub has to come up for air: its oxygen runs down under water and a li
 empty. A score plateau near 1,800 fits an agent that shoots but never surfaces (four lives of one tank
 each); this measures it instead of guessing from the scores. It plays greedy games (argmax, a random
 action with p=0.001 and FIRE after each lost life, as the paper protocol and `--life-loss terminal`
-training do; no anti-stuck rule) on one ALE emulator of its own, whose RAM it reads after every agent
-step: oxygen (RAM[102], 64 full, 0 empty) and the sub's depth (RAM[97], 13 at the surface). The
-observations are built as AtariVectorEnv builds them (frameskip 4, max of the last two frames, grey,
-84x84 by area averaging, 4 stacked, 0-30 no-op frames at the start, FIRE at the start), in numpy, so
-they may differ from the trainer's by a grey level here and there.
+training do; no anti-stuck rule) on one ALE emulator of its own (`benchmarks.ram_atari`), whose RAM it
+reads after every agent step: oxygen (RAM[102], 64 full, 0 empty) and the sub's depth (RAM[97], 13 at
+the surface).
 
 Per life it records how many agent steps it lasted, the oxygen reading before the tank first read 0,
 and how often the tank refilled at the surface after a dive (a breath). Every death empties the tank
@@ -32,25 +30,13 @@ import numpy as np
 
 from ba3c.files import write_json
 from benchmarks import harness
+from benchmarks.ram_atari import RamAtari
 
 OXYGEN, DEPTH = 102, 97   # Seaquest RAM addresses (Activision's Seaquest; atariari's annotations)
 SURFACE = 13              # RAM[97] with the sub at the surface
 DIVED = 20                # RAM[97] deeper than this: under water
-FRAMESKIP, STACK, SIZE, NOOP_MAX = 4, 4, 84, 30
 RANDOM_ACTION_P = 0.001   # as the paper protocol
 MAX_STEPS = 40_000        # the paper protocol's cap, in agent steps
-
-
-def area_matrix(n_in: int, n_out: int) -> np.ndarray:
-    """(n_out, n_in) weights that average the input cells each output cell covers, by overlap: area
-    resampling along one axis (what OpenCV's INTER_AREA does when shrinking)."""
-    scale = n_in / n_out
-    w = np.zeros((n_out, n_in), np.float64)
-    for i in range(n_out):
-        lo, hi = i * scale, (i + 1) * scale
-        for j in range(int(np.floor(lo)), min(n_in, int(np.ceil(hi)))):
-            w[i, j] = min(hi, j + 1) - max(lo, j)
-    return w / scale
 
 
 @dataclass
@@ -89,63 +75,16 @@ class Game:
     depth: list[int] = field(default_factory=list)
 
 
-class RamSeaquest:
-    """One Seaquest emulator whose observations match AtariVectorEnv's and whose RAM can be read."""
-
-    def __init__(self, seed: int) -> None:
-        import ale_py
-
-        self.ale = ale_py.ALEInterface()
-        self.ale.setInt("random_seed", seed)
-        self.ale.setFloat("repeat_action_probability", 0.0)
-        self.ale.setLoggerMode(ale_py.LoggerMode.Error)
-        self.ale.loadROM(ale_py.roms.get_rom_path("seaquest"))
-        self.actions = list(self.ale.getMinimalActionSet())
-        self.fire = self.actions.index(ale_py.Action.FIRE)
-        h, w = self.ale.getScreenDims()
-        self._rows, self._cols = area_matrix(h, SIZE), area_matrix(w, SIZE)
-        self.stack = np.zeros((STACK, SIZE, SIZE), np.uint8)
-
-    def _frame(self, screens: list[np.ndarray]) -> np.ndarray:
-        grey = np.maximum(screens[-2], screens[-1]).astype(np.float64)
-        return np.clip(np.rint(self._rows @ grey @ self._cols.T), 0, 255).astype(np.uint8)
-
-    def reset(self, rng: np.random.Generator) -> np.ndarray:
-        self.ale.reset_game()
-        for _ in range(int(rng.integers(0, NOOP_MAX + 1))):
-            self.ale.act(self.actions[0])
-        self.stack[:] = 0
-        self.step(self.fire)  # FIRE at the start
-        return self.stack
-
-    def step(self, action: int) -> float:
-        reward, screens = 0.0, []
-        for k in range(FRAMESKIP):
-            reward += self.ale.act(self.actions[action])
-            if k >= FRAMESKIP - 2:
-                screens.append(self.ale.getScreenGrayscale())
-            if self.ale.game_over():
-                break
-        if len(screens) < 2:
-            screens = [self.ale.getScreenGrayscale()] * 2
-        self.stack = np.roll(self.stack, -1, axis=0)
-        self.stack[-1] = self._frame(screens)
-        return reward
-
-    def ram(self) -> tuple[int, int]:
-        r = self.ale.getRAM()
-        return int(r[OXYGEN]), int(r[DEPTH])
-
-
-def play(game: RamSeaquest, choose: Callable[[np.ndarray], int], rng: np.random.Generator, record: bool,
+def play(game: RamAtari, choose: Callable[[np.ndarray], int], rng: np.random.Generator, record: bool,
          max_steps: int = MAX_STEPS) -> Game:
     """One whole game; `choose(observation stack) -> action index`."""
     ale = game.ale
     obs = game.reset(rng)
     score, steps, lives = 0.0, 0, [Life()]
     lives_left = ale.lives()
-    oxygen = game.ram()[0]
+    oxygen = int(game.ram()[OXYGEN])
     fire_next = False
+    assert game.fire is not None  # Seaquest has FIRE
     trace_o, trace_d = [], []
     while not ale.game_over() and steps < max_steps:
         if fire_next:
@@ -158,7 +97,8 @@ def play(game: RamSeaquest, choose: Callable[[np.ndarray], int], rng: np.random.
         before = oxygen
         score += game.step(a)
         obs, steps = game.stack, steps + 1
-        oxygen, depth = game.ram()
+        ram = game.ram()
+        oxygen, depth = int(ram[OXYGEN]), int(ram[DEPTH])
         lives[-1].observe(before, oxygen, depth)
         if record:
             trace_o.append(oxygen)
@@ -236,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(np.argmax(np.asarray(logits)[0]))
 
     rng = np.random.default_rng(a.seed)
-    game = RamSeaquest(a.seed)
+    game = RamAtari("seaquest", a.seed)
     games = []
     for i in range(a.games):
         g = play(game, choose, rng, record=i == 0)

@@ -1,4 +1,4 @@
-"""benchmarks.seaquest_lives: the life bookkeeping on made-up RAM readings, and real games on the emulator."""
+"""benchmarks.seaquest_lives (and benchmarks.ram_atari under it): the life bookkeeping on made-up RAM readings, and real games on the emulator."""
 from __future__ import annotations
 
 import json
@@ -6,13 +6,14 @@ import json
 import ale_py
 import numpy as np
 
+from benchmarks import ram_atari as ra
 from benchmarks import seaquest_lives as sl
 
 
 def test_area_matrix_averages_the_covered_cells() -> None:
-    w = sl.area_matrix(4, 2)
+    w = ra.area_matrix(4, 2)
     np.testing.assert_allclose(w, [[0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5]])
-    w = sl.area_matrix(210, 84)  # a non-integer factor (2.5): overlaps are split
+    w = ra.area_matrix(210, 84)  # a non-integer factor (2.5): overlaps are split
     np.testing.assert_allclose(w.sum(axis=1), 1.0)
     np.testing.assert_allclose(w[0, :3], [0.4, 0.4, 0.2])
     np.testing.assert_allclose(w[1, 2:5], [0.2, 0.4, 0.4])
@@ -46,7 +47,7 @@ def test_a_breath_is_a_refill_after_a_dive_and_a_new_lifes_fill_is_not() -> None
 
 
 def test_scripted_games_on_the_emulator() -> None:
-    game, rng = sl.RamSeaquest(seed=3), np.random.default_rng(3)
+    game, rng = ra.RamAtari("seaquest", seed=3), np.random.default_rng(3)
     seen: list[np.ndarray] = []
 
     def dive(obs: np.ndarray) -> int:  # DOWN+FIRE (index 13 of the minimal set): straight to the bottom
@@ -55,7 +56,7 @@ def test_scripted_games_on_the_emulator() -> None:
 
     g = sl.play(game, dive, rng, record=True)
     assert game.actions[13] == ale_py.Action.DOWNFIRE  # Seaquest's minimal set is the full one
-    assert seen[0].shape == (sl.STACK, sl.SIZE, sl.SIZE) and seen[0].dtype == np.uint8
+    assert seen[0].shape == (ra.STACK, ra.SIZE, ra.SIZE) and seen[0].dtype == np.uint8
     assert seen[-1][-1].std() > 0  # a real screen, not a blank
     assert len(g.lives) == 4 and sum(life.steps for life in g.lives) == g.steps == len(g.oxygen)
     assert all(life.deepest > sl.DIVED for life in g.lives)
