@@ -21,7 +21,6 @@ benchmarks/results/pong-points[-TAG].{json,png}.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -32,7 +31,7 @@ import numpy as np
 from ba3c.evaluation import PROTOCOLS, AntiStuck, choose_actions
 from ba3c.files import write_json
 from benchmarks import harness
-from benchmarks.ram_atari import RamAtari
+from benchmarks.ram_atari import RamAtari, diagnosis_parser, load_model_for
 
 BALL_X, BALL_Y, PADDLE_Y, PADDLE_X, CPU_SCORE, AGENT_SCORE = 49, 54, 51, 46, 13, 14  # Pong RAM addresses
 TRACE = 32  # agent steps of ball and paddle kept before each lost point
@@ -141,27 +140,14 @@ def plot(games: list[PongGame], path: str, title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", help="a run directory (its newest checkpoint) or a checkpoint .npz")
-    p.add_argument("--games", type=int, default=50)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tag", default="", help="output name suffix: pong-points-TAG.{json,png}")
-    p.add_argument("--out-dir", default="benchmarks/results")
+    p = diagnosis_parser(__doc__ or "", "pong-points", games=50)
     a = p.parse_args(argv)
     if a.games < 1:
         p.error("--games must be at least 1")
-    from ba3c.evaluate import locate_checkpoint
-    from ba3c.evaluation import EvalError, model_from_checkpoint
-
-    try:
-        loaded = locate_checkpoint(a.checkpoint)
-        model, spec, _cfg = model_from_checkpoint(loaded.checkpoint)
-    except EvalError as e:
-        print(f"pong_points: {e}", file=sys.stderr)
+    found = load_model_for(a.checkpoint, "pong", "pong_points")
+    if found is None:
         return 2
-    if spec.name != "pong":
-        print(f"pong_points: the checkpoint plays {spec.name}; this reads Pong's RAM (give a Pong run)", file=sys.stderr)
-        return 2
+    loaded, model = found
 
     from ba3c.predictor import Predictor
 

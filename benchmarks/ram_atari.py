@@ -7,6 +7,10 @@ start), so they may differ from the trainer's by a grey level here and there.
 """
 from __future__ import annotations
 
+import argparse
+import sys
+from typing import Any
+
 import numpy as np
 
 FRAMESKIP, STACK, SIZE, NOOP_MAX = 4, 4, 84, 30
@@ -74,3 +78,32 @@ class RamAtari:
 
     def ram(self) -> np.ndarray:
         return self.ale.getRAM()
+
+
+def diagnosis_parser(doc: str, name: str, games: int) -> argparse.ArgumentParser:
+    """The command line the RAM diagnoses share: a checkpoint, how many games, a seed, where to write NAME[-TAG].*"""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("checkpoint", help="a run directory (its newest checkpoint) or a checkpoint .npz")
+    p.add_argument("--games", type=int, default=games)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tag", default="", help=f"output name suffix: {name}-TAG.{{json,png}}")
+    p.add_argument("--out-dir", default="benchmarks/results")
+    return p
+
+
+def load_model_for(path: str, game: str, prog: str) -> tuple[Any, Any] | None:
+    """(the located checkpoint, its keras model) when `path` holds a checkpoint of `game`; else None after a
+    one-line error on stderr naming what to give instead."""
+    from ba3c.evaluate import locate_checkpoint
+    from ba3c.evaluation import EvalError, model_from_checkpoint
+
+    try:
+        loaded = locate_checkpoint(path)
+        model, spec, _cfg = model_from_checkpoint(loaded.checkpoint)
+    except EvalError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+    if spec.name != game:
+        print(f"{prog}: the checkpoint plays {spec.name}; this reads {game}'s RAM (give a {game} run)", file=sys.stderr)
+        return None
+    return loaded, model

@@ -20,7 +20,6 @@ summary, every life, and the first game's oxygen and depth per step.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -30,7 +29,7 @@ import numpy as np
 
 from ba3c.files import write_json
 from benchmarks import harness
-from benchmarks.ram_atari import RamAtari
+from benchmarks.ram_atari import RamAtari, diagnosis_parser, load_model_for
 
 OXYGEN, DEPTH = 102, 97   # Seaquest RAM addresses (Activision's Seaquest; atariari's annotations)
 SURFACE = 13              # RAM[97] with the sub at the surface
@@ -148,28 +147,14 @@ def plot(game: Game, path: str, title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", help="a run directory (its newest checkpoint) or a checkpoint .npz")
-    p.add_argument("--games", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tag", default="", help="output name suffix: seaquest-lives-TAG.{json,png}")
-    p.add_argument("--out-dir", default="benchmarks/results")
+    p = diagnosis_parser(__doc__ or "", "seaquest-lives", games=10)
     a = p.parse_args(argv)
     if a.games < 1:
         p.error("--games must be at least 1")
-    from ba3c.evaluate import locate_checkpoint
-    from ba3c.evaluation import EvalError, model_from_checkpoint
-
-    try:
-        loaded = locate_checkpoint(a.checkpoint)
-        model, spec, _cfg = model_from_checkpoint(loaded.checkpoint)
-    except EvalError as e:
-        print(f"seaquest_lives: {e}", file=sys.stderr)
+    found = load_model_for(a.checkpoint, "seaquest", "seaquest_lives")
+    if found is None:
         return 2
-    if spec.name != "seaquest":
-        print(f"seaquest_lives: the checkpoint plays {spec.name}; this reads Seaquest's RAM (give a Seaquest run)",
-              file=sys.stderr)
-        return 2
+    loaded, model = found
 
     def choose(obs: np.ndarray) -> int:
         logits, _ = model(obs[None], training=False)
