@@ -125,7 +125,7 @@ def plot(games: list[PongGame], path: str, title: str) -> None:
     axes[1].set_title("where the lost balls went past the paddle", fontsize=9)
     for p in lost[:8]:
         t = np.asarray(p.trace, np.float64)
-        t[t[:, 0] == 0, 1] = np.nan  # x 0: no ball on the screen (after a point)
+        t[(t[:, 0] == 0) | (t[:, 1] == 0), 1] = np.nan  # RAM 0: no ball on the screen (as a point is scored)
         line, = axes[2].plot(t[:, 1], lw=1, label=f"game {p.game} point {p.number}")
         axes[2].plot(t[:, 2], ls=":", lw=1, color=line.get_color())
     axes[2].set_xlabel(f"the last {TRACE} agent steps before the point")
