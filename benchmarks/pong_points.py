@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -59,7 +61,7 @@ class PongGame:
     points: list[Point]
 
 
-def miss_dy(trace: list[tuple[int, int, int]], paddle_x: int) -> int | None:
+def miss_dy(trace: Iterable[tuple[int, int, int]], paddle_x: int) -> int | None:
     """Ball y - paddle y at the last traced step with the ball short of the paddle's column, None if none."""
     before = [(by, py) for bx, by, py in trace if 0 < bx < paddle_x]
     return before[-1][0] - before[-1][1] if before else None
@@ -72,7 +74,7 @@ def play(game: RamAtari, logits_of: Callable[[np.ndarray], np.ndarray], rng: np.
     anti_stuck = AntiStuck(1, PROTOCOL.stuck_repeats, PROTOCOL.stuck_action)
     eps = PROTOCOL.random_action_prob or 0.0
     score, steps, replaced, points = 0.0, 0, 0, []
-    recent: list[tuple[int, int, int]] = []
+    recent: deque[tuple[int, int, int]] = deque(maxlen=TRACE)
     ram = game.ram()
     while not game.ale.game_over() and steps < max_steps:
         chosen = choose_actions(PROTOCOL.choice, logits_of(obs), rng, eps)
@@ -81,7 +83,7 @@ def play(game: RamAtari, logits_of: Callable[[np.ndarray], np.ndarray], rng: np.
         before = (int(ram[AGENT_SCORE]), int(ram[CPU_SCORE]))
         r = game.step(int(played[0]))
         obs, steps, ram = game.stack, steps + 1, game.ram()
-        recent = (recent + [(int(ram[BALL_X]), int(ram[BALL_Y]), int(ram[PADDLE_Y]))])[-TRACE:]
+        recent.append((int(ram[BALL_X]), int(ram[BALL_Y]), int(ram[PADDLE_Y])))
         if r != 0:
             p = Point(index, len(points), steps, r > 0, *before)
             if r < 0:
@@ -89,6 +91,11 @@ def play(game: RamAtari, logits_of: Callable[[np.ndarray], np.ndarray], rng: np.
             points.append(p)
             score += r
     return PongGame(score, steps, not game.ale.game_over(), replaced, points)
+
+
+def counts(values: list[int]) -> dict[str, int]:
+    """How often each value occurs, by value, with string keys for JSON."""
+    return {str(k): n for k, n in sorted(Counter(values).items())}
 
 
 def summarize(games: list[PongGame]) -> dict[str, Any]:
@@ -101,11 +108,11 @@ def summarize(games: list[PongGame]) -> dict[str, Any]:
         "scores": [g.score for g in games], "truncated_games": sum(g.truncated for g in games),
         "anti_stuck_replaced": sum(g.replaced for g in games),
         "points_lost": len(lost),
-        "games_by_points_lost": {str(k): per_game.count(k) for k in sorted(set(per_game))},
-        "lost_by_point_number": {str(k): numbers.count(k) for k in sorted(set(numbers))},
+        "games_by_points_lost": counts(per_game),
+        "lost_by_point_number": counts(numbers),
         "lost_first_point": numbers.count(0),
         "lost_step_median": float(np.median([p.step for p in lost])) if lost else None,
-        "miss_dy": {str(k): dys.count(k) for k in sorted(set(dys))},
+        "miss_dy": counts(dys),
     }
 
 
