@@ -2,6 +2,7 @@
 
     python -m benchmarks.pong_points runs/pong-seed2 --games 50
     python -m benchmarks.pong_points runs/pong-seed2/checkpoints/keep-0000039000.npz --games 20 --tag 10M
+    python -m benchmarks.pong_points runs/pong-seed2 --openings --tag 20M   # the first point after 0-30 no-ops
 
 A Pong agent near the top (19.9 over 50 games here) wins most games 21-0 or 21-1: which point it
 loses says where to look next (the opening serve after the no-op start? late in a game? one kind of
@@ -18,6 +19,12 @@ For scale, scripted paddles that chase the ball to keep ball y - paddle y at a s
 (seed 1): offsets 0 and -8 lost 21-0, offset 8 won 21-19, offset 16 led 20-11 after 6,000 steps; so the
 paddle's hitting range lies at positive offsets, roughly 8-16. Writes
 benchmarks/results/pong-points[-TAG].{json,png}.
+
+`--openings` plays only the first point, once for each no-op count 0-30, without the random action: the
+opening is then deterministic, and which no-op counts lose it is a property of the checkpoint. The no-ops
+are emulator frames, so the count modulo 4 (the frameskip) sets which frames the agent sees and acts on;
+the openings lost come in such residues (runs/pong-seed2 at 20 M frames: counts 3, 7, ..., 27).
+Writes benchmarks/results/pong-openings[-TAG].{json,png}.
 """
 from __future__ import annotations
 
@@ -33,7 +40,7 @@ import numpy as np
 from ba3c.evaluation import PROTOCOLS, AntiStuck, choose_actions
 from ba3c.files import write_json
 from benchmarks import harness
-from benchmarks.ram_atari import RamAtari, diagnosis_parser, load_model_for
+from benchmarks.ram_atari import NOOP_MAX, RamAtari, diagnosis_parser, load_model_for
 
 BALL_X, BALL_Y, PADDLE_Y, PADDLE_X, CPU_SCORE, AGENT_SCORE = 49, 54, 51, 46, 13, 14  # Pong RAM addresses
 TRACE = 32  # agent steps of ball and paddle kept before each lost point
@@ -68,15 +75,17 @@ def miss_dy(trace: Iterable[tuple[int, int, int]], paddle_x: int) -> int | None:
 
 
 def play(game: RamAtari, logits_of: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator, index: int,
-         max_steps: int = PROTOCOL.max_episode_steps or 40_000) -> PongGame:
-    """One whole game under the paper protocol; `logits_of(observation stack) -> (1, actions) logits`."""
-    obs = game.reset(rng)
+         max_steps: int = PROTOCOL.max_episode_steps or 40_000, opening: int | None = None) -> PongGame:
+    """One whole game under the paper protocol; `logits_of(observation stack) -> (1, actions) logits`.
+    With `opening` (a no-op count): only the game's first point after exactly that many no-op frames, without
+    the protocol's random action, so that the opening is the same every time it is played."""
+    obs = game.reset(rng, opening)
     anti_stuck = AntiStuck(1, PROTOCOL.stuck_repeats, PROTOCOL.stuck_action)
-    eps = PROTOCOL.random_action_prob or 0.0
+    eps = (PROTOCOL.random_action_prob or 0.0) if opening is None else 0.0
     score, steps, replaced, points = 0.0, 0, 0, []
     recent: deque[tuple[int, int, int]] = deque(maxlen=TRACE)
     ram = game.ram()
-    while not game.ale.game_over() and steps < max_steps:
+    while not game.ale.game_over() and steps < max_steps and not (opening is not None and points):
         chosen = choose_actions(PROTOCOL.choice, logits_of(obs), rng, eps)
         played = anti_stuck(chosen, np.ones(1, bool))
         replaced += int(played[0] != chosen[0])
@@ -116,13 +125,18 @@ def summarize(games: list[PongGame]) -> dict[str, Any]:
     }
 
 
-def plot(games: list[PongGame], path: str, title: str) -> None:
+def plot(games: list[PongGame], path: str, title: str, openings: bool = False) -> None:
+    """Lost points by point number (openings: by no-op count, each game's index), where they passed, traces."""
     plt = harness.pyplot()
     lost = [p for g in games for p in g.points if not p.won]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    n_max = max([p.number for p in lost] + [20])
-    axes[0].bar(range(n_max + 1), [sum(p.number == k for p in lost) for k in range(n_max + 1)])
-    axes[0].set_xlabel("point number in the game (0: the first)")
+    if openings:
+        axes[0].bar(range(len(games)), [sum(not p.won for p in g.points) for g in games])
+        axes[0].set_xlabel("no-op frames before the first serve")
+    else:
+        n_max = max([p.number for p in lost] + [20])
+        axes[0].bar(range(n_max + 1), [sum(p.number == k for p in lost) for k in range(n_max + 1)])
+        axes[0].set_xlabel("point number in the game (0: the first)")
     axes[0].set_ylabel("points lost")
     axes[0].set_title(f"{len(lost)} points lost in {len(games)} games", fontsize=9)
     dys = [p.miss_dy for p in lost if p.miss_dy is not None]
@@ -148,6 +162,9 @@ def plot(games: list[PongGame], path: str, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = diagnosis_parser(__doc__ or "", "pong-points", games=50)
+    p.add_argument("--openings", action="store_true",
+                   help=f"instead of --games whole games: the first point after each no-op count 0-{NOOP_MAX}, "
+                        "without the random action (writes pong-openings[-TAG].*)")
     a = p.parse_args(argv)
     if a.games < 1:
         p.error("--games must be at least 1")
@@ -166,27 +183,37 @@ def main(argv: list[str] | None = None) -> int:
         return predict(obs[None])[0]
 
     games = []
-    for i in range(a.games):
-        g = play(game, logits_of, rng, i)
+    for i in range(NOOP_MAX + 1 if a.openings else a.games):
+        g = play(game, logits_of, rng, i, opening=i if a.openings else None)
         games.append(g)
         lost = [(q.number, q.step, q.miss_dy) for q in g.points if not q.won]
-        print(f"game {i + 1}/{a.games}: score {g.score:+.0f}, {g.steps} agent steps; lost (point number, step, "
-              f"ball y - paddle y): {lost}", flush=True)
+        if a.openings:
+            print(f"{i} no-op frames: first point {'won' if g.score > 0 else 'lost'} at agent step {g.steps}",
+                  flush=True)
+        else:
+            print(f"game {i + 1}/{a.games}: score {g.score:+.0f}, {g.steps} agent steps; lost (point number, step, "
+                  f"ball y - paddle y): {lost}", flush=True)
     summary = summarize(games)
+    if a.openings:  # game i is the opening after i no-op frames
+        summary = {"openings": len(games), "lost_noops": [i for i, g in enumerate(games) if g.score < 0],
+                   "points_lost": summary["points_lost"], "miss_dy": summary["miss_dy"],
+                   "lost_step_median": summary["lost_step_median"]}
     print("pong_points: " + ", ".join(f"{k} {v}" for k, v in summary.items() if k != "scores"))
-    name = "pong-points" + (f"-{a.tag}" if a.tag else "")
+    name = ("pong-openings" if a.openings else "pong-points") + (f"-{a.tag}" if a.tag else "")
+    what = ("the first point of a Pong game after each no-op count (argmax, the anti-stuck rule, no random action)"
+            if a.openings else "which points a Pong checkpoint loses, paper protocol")
     os.makedirs(a.out_dir, exist_ok=True)
     write_json(os.path.join(a.out_dir, name + ".json"), {
-        "what": "which points a Pong checkpoint loses, paper protocol on one RAM-read emulator (ball RAM[49]/[54], "
-                "paddle RAM[51]/[46]); coordinates in RAM units",
+        "what": what + " on one RAM-read emulator (ball RAM[49]/[54], paddle RAM[51]/[46]); coordinates in RAM units",
         "command": "python -m benchmarks.pong_points " + " ".join(sys.argv[1:] if argv is None else argv),
         "checkpoint": loaded.checkpoint.path, "date": harness.now(), "machine": harness.machine(),
         "summary": summary,
         "lost_points": [asdict(q) for g in games for q in g.points if not q.won],
     })
     plot(games, os.path.join(a.out_dir, name + ".png"),
-         f"Pong, {os.path.basename(loaded.checkpoint.path)}: {len(games)} games, paper protocol, "
-         f"mean {summary['score_mean']:.2f}")
+         f"Pong, {os.path.basename(loaded.checkpoint.path)}: " + (
+             f"first point after 0-{NOOP_MAX} no-op frames, {len(summary['lost_noops'])} lost" if a.openings else
+             f"{len(games)} games, paper protocol, mean {summary['score_mean']:.2f}"), openings=a.openings)
     print(f"pong_points: wrote {os.path.join(a.out_dir, name)}.{{json,png}}")
     return 0
 

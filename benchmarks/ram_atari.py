@@ -51,10 +51,13 @@ class RamAtari:
         small = np.einsum("ij,jk->ik", np.einsum("ij,jk->ik", self._rows, grey), self._cols.T)
         return np.clip(np.rint(small), 0, 255).astype(np.uint8)
 
-    def reset(self, rng: np.random.Generator) -> np.ndarray:
-        """A new game after 0-NOOP_MAX no-op frames and FIRE (where the game has it); its first observation."""
+    def reset(self, rng: np.random.Generator, noops: int | None = None) -> np.ndarray:
+        """A new game after `noops` (None: 0-NOOP_MAX at random) no-op frames and FIRE (where the game has it);
+        its first observation."""
+        if noops is not None and not 0 <= noops <= NOOP_MAX:
+            raise ValueError(f"noops must be within 0-{NOOP_MAX}, got {noops}")
         self.ale.reset_game()
-        for _ in range(int(rng.integers(0, NOOP_MAX + 1))):
+        for _ in range(int(rng.integers(0, NOOP_MAX + 1)) if noops is None else noops):
             self.ale.act(self.actions[0])
         self.stack[:] = 0
         if self.fire is not None:

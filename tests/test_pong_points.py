@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from benchmarks import pong_points as pp
 from benchmarks.ram_atari import RamAtari
@@ -41,6 +42,19 @@ def test_a_paddle_that_never_moves_loses_every_point_in_order() -> None:
     assert s["lost_by_point_number"] == {str(k): 1 for k in range(21)}
 
 
+def test_an_opening_is_the_first_point_after_a_set_no_op_count_and_plays_the_same_each_time() -> None:
+    game = RamAtari("pong", 5)
+    rng = np.random.default_rng(5)
+    first = [pp.play(game, lambda obs: one_hot(NOOP), rng, index=n, opening=n) for n in (0, 1, 30, 1)]
+    for g in first:
+        assert len(g.points) == 1 and g.score == -1 and not g.points[0].won and g.truncated  # the game goes on
+    assert first[1].points[0].trace == first[3].points[0].trace  # no random action: the same opening twice
+    # the serve comes at a fixed emulator frame: 30 more no-op frames leave ~7.5 fewer agent steps before it
+    assert 6 <= first[0].steps - first[2].steps <= 9
+    with pytest.raises(ValueError, match="0-30"):
+        game.reset(rng, 31)
+
+
 def test_a_paddle_that_follows_the_ball_wins_points_and_they_are_told_apart() -> None:
     game = RamAtari("pong", 1)
 
@@ -70,6 +84,14 @@ def test_command_on_a_pong_checkpoint_and_a_clear_error_for_another_game(tmp_pat
     assert s["games"] == 1 and len(data["lost_points"]) == s["points_lost"] > 0  # an untrained agent loses points
     assert s["score_mean"] == s["scores"][0] and -21 <= s["scores"][0] <= 21 - s["points_lost"]
     assert (out / "pong-points-t.png").stat().st_size > 5000
+    assert pp.main([str(run), "--openings", "--tag", "t", "--out-dir", str(out)]) == 0
+    openings = json.loads((out / "pong-openings-t.json").read_text())
+    s = openings["summary"]
+    assert s["openings"] == 31 and set(s["lost_noops"]) <= set(range(31))
+    assert len(openings["lost_points"]) == s["points_lost"] == len(s["lost_noops"])
+    assert {q["game"] for q in openings["lost_points"]} == set(s["lost_noops"]) and \
+        all(q["number"] == 0 for q in openings["lost_points"])
+    assert (out / "pong-openings-t.png").stat().st_size > 5000
     cart = tmp_path / "cart"
     run_train([*tiny_cartpole, "--total-frames", "200", "--run-dir", str(cart)])
     assert pp.main([str(cart), "--out-dir", str(out)]) == 2
