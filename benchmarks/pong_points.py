@@ -188,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         games.append(g)
         lost = [(q.number, q.step, q.miss_dy) for q in g.points if not q.won]
         if a.openings:
-            print(f"{i} no-op frames: first point {'won' if g.score > 0 else 'lost'} at agent step {g.steps}",
-                  flush=True)
+            outcome = "won" if g.score > 0 else "lost" if g.score < 0 else "not scored"  # none within the step cap
+            print(f"{i} no-op frames: first point {outcome} at agent step {g.steps}", flush=True)
         else:
             print(f"game {i + 1}/{a.games}: score {g.score:+.0f}, {g.steps} agent steps; lost (point number, step, "
                   f"ball y - paddle y): {lost}", flush=True)
