@@ -7,8 +7,16 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def build_model(kind: str, obs_shape: tuple[int, ...], num_actions: int, seed: int):  # -> keras.Model
+HEADS = ("actor_critic", "q")
+
+
+def build_model(kind: str, obs_shape: tuple[int, ...], num_actions: int, seed: int,
+                head: str = "actor_critic"):  # -> keras.Model
     """`nature` (Mnih et al. 2015 CNN), `paper` (Adamski et al. 2018), `mlp` (vector observations).
+
+    head: `actor_critic` (BA3C: policy logits and state value) or `q` (Gorila: action values Q(s, .) and,
+    as the second output, max_a Q(s, a), so that everything that reads (logits, value) — the predictor,
+    argmax evaluation — works on a Q-network unchanged).
 
     Image inputs are uint8 (stack, 84, 84), scaled and moved to channels-last inside the model
     (TensorFlow's CPU convolutions want NHWC). Every rank calls this with the same seed, so all
@@ -41,6 +49,12 @@ def build_model(kind: str, obs_shape: tuple[int, ...], num_actions: int, seed: i
             x = layers.Dense(64, activation="tanh", kernel_initializer=ortho(math.sqrt(2)))(x)
     else:
         raise ValueError(f"unknown model '{kind}'")
+    if head == "q":
+        q = layers.Dense(num_actions, kernel_initializer=ortho(1.0), name="q")(x)
+        value = layers.Lambda(lambda t: keras.ops.max(t, axis=-1, keepdims=True), name="value")(q)
+        return keras.Model(inp, [q, value], name=f"{kind}_q")
+    if head != "actor_critic":
+        raise ValueError(f"unknown head '{head}'; one of {', '.join(HEADS)}")
     logits = layers.Dense(num_actions, kernel_initializer=ortho(0.01), name="logits")(x)
     value = layers.Dense(1, kernel_initializer=ortho(1.0), name="value")(x)
     return keras.Model(inp, [logits, value], name=kind)
@@ -83,7 +97,8 @@ class HealthProbe:
         if len(obs) < 2:
             raise ValueError(f"the feature-health probe needs at least 2 observations, got {len(obs)}")
         self.obs = np.array(obs)  # a copy: batches are reused buffers
-        self._net = keras.Model(model.inputs, [model.get_layer("logits").input, *model.outputs])
+        head = "q" if any(layer.name == "q" for layer in model.layers) else "logits"  # the layer the trunk feeds
+        self._net = keras.Model(model.inputs, [model.get_layer(head).input, *model.outputs])
 
     def __call__(self) -> FeatureHealth:
         feat, logits, value = (np.asarray(t, np.float64) for t in self._net([self.obs], training=False))

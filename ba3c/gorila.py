@@ -1,0 +1,217 @@
+"""Gorila mode (Nair et al. 2015, "Massively Parallel Methods for Deep Reinforcement Learning", arXiv
+1507.04296): what a rank does differently from BA3C, and nothing else.
+
+Gorila has four parts; in its bundled mode each machine runs one of each of the first three:
+* an actor: plays with epsilon-greedy on the Q-network's current weights -> here the rank's
+  simulation thread, choosing actions by `GorilaActor.choose` on the live network (the predictor
+  reads the learner's weights in the same process);
+* its shard of the experience store: a replay memory of the actor's own transitions -> `ba3c.replay`,
+  written by `GorilaActor.add`;
+* a learner: the DQN loss against a target network, trained on samples of the local replay ->
+  `DQNLoss` in the shared `ba3c.learner.Learner`, fed by `GorilaActor.next_batch`;
+* a distributed network: a sharded parameter server that applies the learners' gradients -> the
+  synchronous gradient exchange every rank already has (`ba3c.dist`): every rank applies the same
+  average, so every actor acts with the same weights. (Gorila's asynchronous parameter server, with
+  stale gradients dropped, is not built.)
+
+Pacing keeps the replay ratio fixed, as single-process DQN does (CleanRL's dqn_atari: one update of
+32 samples per 4 agent steps): the learner takes its k-th batch of this process once the rank's actor
+has played `learning_starts + k * train_every` agent steps, and the actor waits when it is more than
+`ahead_steps` beyond what the learner has taken, so that acting and learning overlap without the
+ratio drifting. `learning_starts` is played again by every process (a resume refills the replay,
+which is not saved; see docs/gorila.md).
+
+No TensorFlow at import time: `DQNLoss` and `TargetNetwork` import it when built.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ba3c.evaluation import epsilon_greedy_actions
+from ba3c.experience import Episode
+from ba3c.replay import Replay, ReplaySample
+from ba3c.simulators import Batch
+
+
+def epsilon_at(agent_steps: int, start: float, end: float, decay_steps: int) -> float:
+    """The exploration schedule: linear from `start` at step 0 to `end` at `decay_steps`, then `end`
+    (CleanRL's linear_schedule; Nature DQN's annealing). `agent_steps`: all ranks together."""
+    if decay_steps <= 0 or agent_steps >= decay_steps:
+        return end
+    return start + (end - start) * agent_steps / decay_steps
+
+
+class EpisodeTracker:
+    """Scores and lengths of the games the actor plays (full games: a lost life does not end one), and how
+    many of its observations were agent steps (all but an episode's first, which no action of ours led to)."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.score = np.zeros(num_envs, np.float64)
+        self.length = np.zeros(num_envs, np.int64)
+        self.starting = np.ones(num_envs, bool)  # the environment's next observation opens an episode
+
+    def add(self, b: Batch) -> tuple[list[Episode], int]:
+        episodes: list[Episode] = []
+        ids = np.asarray(b.env_ids, np.int64)
+        stepped = ~self.starting[ids]
+        self.score[ids[stepped]] += b.reward[stepped]
+        self.length[ids[stepped]] += 1
+        ended = np.asarray(b.terminated) | np.asarray(b.truncated)
+        for j in np.flatnonzero(ended):
+            e = int(ids[j])
+            episodes.append(Episode(e, float(self.score[e]), int(self.length[e]),
+                                    bool(b.truncated[j] and not b.terminated[j])))
+            self.score[e], self.length[e] = 0.0, 0
+        self.starting[ids] = ended
+        return episodes, int(stepped.sum())
+
+
+class GorilaActor:
+    """One rank's actor and its replay shard, with the pacing between it and the learner.
+
+    The simulation thread calls `choose` (actions for a predictor batch), `add` (record it) and `hand_over`
+    (wait while too far ahead of the learner); the learner calls `next_batch`."""
+
+    def __init__(self, replay: Replay, *, train_batch: int, train_every: int, learning_starts: int,
+                 ahead_steps: int, epsilon: tuple[float, float, int], ranks: int, steps_before: int,
+                 life_loss_terminal: bool, seed: int) -> None:
+        self.replay, self.train_batch, self.train_every = replay, train_batch, train_every
+        self.learning_starts, self.ahead_steps = learning_starts, ahead_steps
+        self.eps_start, self.eps_end, self.eps_decay = epsilon
+        self.ranks, self.steps_before = ranks, steps_before  # all ranks' agent steps before this process
+        self.life_loss_terminal = life_loss_terminal
+        self.episodes = EpisodeTracker(replay.num_envs)
+        self.rng = np.random.default_rng(seed)  # the learner's draws (the actor has its own generator)
+        self.played = 0    # this rank's agent steps in this process
+        self.taken = 0     # batches the learner has taken in this process
+        self._counted = 0  # agent steps already handed to the trainer's frame count (with the batches)
+        self._cond = threading.Condition()
+
+    # ---- the actor's side (simulation thread)
+    def epsilon(self) -> float:
+        """Now, from the agent steps of all ranks (this rank's times the ranks: they play in step)."""
+        return epsilon_at(self.steps_before + self.played * self.ranks, self.eps_start, self.eps_end, self.eps_decay)
+
+    def choose(self, q: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return epsilon_greedy_actions(q, self.epsilon(), rng)
+
+    def add(self, b: Batch, values: np.ndarray, actions: np.ndarray, version: int = 0) -> tuple[list, list[Episode]]:
+        """Record one predictor batch (the signature of BA3C's `Experience.add`); no train batches come out
+        here: the learner samples them."""
+        life_end = b.life_lost if (self.life_loss_terminal and b.life_lost is not None) else None
+        self.replay.add(b.env_ids, b.obs, b.reward, b.terminated, b.truncated, life_end, actions, version)
+        episodes, steps = self.episodes.add(b)
+        with self._cond:
+            self.played += steps
+            self._cond.notify_all()
+        return [], episodes
+
+    def due(self, k: int) -> int:
+        """Agent steps this rank must have played before the learner takes its k-th batch (k from 1)."""
+        return self.learning_starts + k * self.train_every
+
+    def hand_over(self, batches: list, stop: threading.Event) -> None:
+        """Wait while the actor is more than `ahead_steps` beyond what the learner has taken (or until `stop`)."""
+        with self._cond:
+            while self.played >= self.due(self.taken) + self.ahead_steps and not stop.is_set():
+                self._cond.wait(0.2)
+
+    # ---- the learner's side
+    def next_batch(self, timeout: float) -> ReplaySample | None:
+        """The learner's next sample once the actor has played enough, or None after `timeout` seconds.
+
+        Its `unsampled_steps` carries the agent steps played since the previous batch beyond the
+        `train_every` the trainer counts per update (the warm-up with the first; afterwards the actor's lead
+        coming and going), so that the trainer's frame count is what was played."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.played >= self.due(self.taken + 1), timeout):
+                return None
+            self.taken += 1
+            played = self.played
+            self._cond.notify_all()
+        batch = self.replay.sample(self.train_batch, self.rng)
+        batch.unsampled_steps = played - self._counted - self.train_every
+        self._counted = played
+        return batch
+
+    def discard_queued(self) -> int:
+        return 0  # nothing is queued: batches are sampled when the learner asks
+
+
+class TargetNetwork:
+    """A copy of the Q-network that the TD target reads; replaced by the online weights every `every`
+    updates (a hard copy: Nature DQN, CleanRL). Every rank copies at the same update, so the targets agree."""
+
+    def __init__(self, model, target_model, every: int) -> None:
+        import tensorflow as tf
+
+        self.model, self.every = target_model, every
+        pairs = list(zip(target_model.weights, model.weights))
+        self._copy = tf.function(lambda: [t.assign(o) for t, o in pairs])
+        self._copy()
+
+    def after_update(self, updates: int) -> bool:
+        """Copy when `updates` (the count after this update) is a multiple of `every`; True if it copied."""
+        if updates % self.every:
+            return False
+        self._copy()
+        return True
+
+
+def huber(x, delta: float = 1.0):  # tf tensors in, out
+    """0.5 x^2 within +-delta, linear beyond (Nature DQN's clipped error term: its gradient is clip(x, -1, 1))."""
+    import tensorflow as tf
+
+    a = tf.abs(x)
+    return tf.where(a <= delta, 0.5 * tf.square(x), delta * (a - 0.5 * delta))
+
+
+class DQNLoss:
+    """The learner's loss in Gorila mode: one-step TD error against the target network.
+
+    y = r + gamma (1 - done) Q_target(s', a'), a' = argmax_a Q_target(s', a) (DQN) or argmax_a Q(s', a)
+    (Double DQN, van Hasselt et al. 2016); the loss is the batch mean of huber(y - Q(s, a)) (Nature DQN) or
+    of (y - Q(s, a))^2 (CleanRL's F.mse_loss). y carries no gradient. Statistics: the loss, the mean Q(s, a)
+    and the mean |y - Q(s, a)|."""
+
+    names = ("td_loss", "q_mean", "td_abs_mean")
+
+    def __init__(self, target: TargetNetwork, gamma: float, loss: str, double: bool) -> None:
+        if loss not in ("huber", "mse"):
+            raise ValueError(f"unknown DQN loss '{loss}'")
+        self.target, self.gamma, self.kind, self.double = target, gamma, loss, double
+
+    @staticmethod
+    def inputs(batch: ReplaySample) -> tuple[np.ndarray, ...]:
+        return batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.dones
+
+    def __call__(self, model, obs, actions, rewards, next_obs, dones) -> tuple[Any, Any]:
+        """(loss, its three statistics), in graph."""
+        import tensorflow as tf
+
+        if self.double:  # one forward pass for s and s' (the trunk has no batch statistics)
+            q_both, _ = model(tf.concat([obs, next_obs], 0), training=True)
+            q, q_next_online = tf.split(q_both, 2)
+        else:
+            q, _ = model(obs, training=True)
+        q_next_target, _ = self.target.model(next_obs, training=False)
+        if self.double:
+            best = tf.argmax(q_next_online, axis=-1, output_type=tf.int32)
+            q_next = tf.gather(q_next_target, best, batch_dims=1)
+        else:
+            q_next = tf.reduce_max(q_next_target, axis=-1)
+        y = tf.stop_gradient(rewards + self.gamma * (1.0 - dones) * q_next)
+        q_taken = tf.gather(q, actions, batch_dims=1)
+        td = y - q_taken
+        loss = tf.reduce_mean(huber(td) if self.kind == "huber" else tf.square(td))
+        return loss, tf.stack([loss, tf.reduce_mean(q_taken), tf.reduce_mean(tf.abs(td))])
+
+    def after_update(self, updates: int) -> None:
+        self.target.after_update(updates)
+
+    def state_variables(self) -> list:
+        """What a checkpoint and the start-up broadcast carry besides the network and Adam: the target's weights."""
+        return list(self.target.model.weights)
