@@ -37,13 +37,13 @@ scaling-benchmark: $(STAMP)
 
 # needs root (network namespaces, veth pairs, tc): the allreduce over shaped links against the model
 shaped-links: $(STAMP)
-	$(PY) -m benchmarks.shaped_links $(ARGS)
+	$(PY) -m studies.shaped_links $(ARGS)
 
 time-to-score: $(STAMP)
 	$(PY) -m benchmarks.time_to_score $(ARGS)
 
 batch-scaling: $(STAMP)
-	$(PY) -m benchmarks.batch_scaling $(ARGS)
+	$(PY) -m studies.batch_scaling $(ARGS)
 
 # the paper's games one after another, each resumed from benchmarks/results/state/GAME/
 paper-games: $(STAMP)

@@ -1,6 +1,6 @@
 """Weak scaling of the full trainer, allreduce cost, a fitted update-time model and its projection.
 
-    python -m benchmarks.scaling [--quick] [--ranks 1,2,4] [--seconds 25] [--out benchmarks/results] [-- TRAINER FLAGS]
+    python -m benchmarks.scaling [--quick] [--ranks 1,2,4] [--seconds 25] [--out benchmarks/results/scaling] [-- TRAINER FLAGS]
 
 1. Weak scaling (measured): for each rank count r, `mpirun -np r python -m ba3c.train` on Pong with
    a fixed per-rank config, in two layouts: `core` (one core, one thread per rank, ranks bound to
@@ -16,7 +16,7 @@
    measured speedups (this machine's 1 vs 2 threads, the 16-core device's train step), beside the
    old linear assumption.
 5. Time to a score (modelled): minutes to Pong 18 against nodes = frames to 18 at that global batch
-   (measured by benchmarks/batch_scaling.py, interpolated between measured batches; where no measurement
+   (measured by studies/batch_scaling, interpolated between measured batches; where no measurement
    answers, MODELLED from the gradient noise scale batch_scaling.json holds) / projected frames/s, beside
    ideal linear scaling and the paper's 21 minutes on 64 nodes.
 Writes scaling.json and scaling.png in --out, and prints a table.
@@ -311,7 +311,7 @@ def report(a: Analysis, node_cores: int) -> None:
 def report_time_to_score(a: Analysis) -> None:
     tts = a.time_to_score
     if not tts:
-        print("time to score: no batch-scaling result to project from (run benchmarks.batch_scaling)")
+        print("time to score: no batch-scaling result to project from (run python -m studies.batch_scaling)")
         return
     print(f"\nPROJECTED minutes to Pong 18 (MODELLED: frames to 18 at each global batch, measured or as the last column says / projected frames/s; "
           f"Nature CNN, {tts['network']}, {tts['node_model']} node, {tts['per_node_batch']} per node); "
@@ -352,10 +352,11 @@ def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Nam
     p.add_argument("--predict-batch", type=int, default=8)
     p.add_argument("--train-batch", type=int, default=32)
     p.add_argument("--node-cores", type=int, default=24, help="cores of the projected node (paper: 24)")
-    p.add_argument("--out", default=harness.RESULTS)
+    p.add_argument("--out", default=os.path.join(harness.RESULTS, "scaling"))
     p.add_argument("--name", default="scaling", help="output file stem")
-    p.add_argument("--batch-scaling", default=os.path.join(harness.RESULTS, "batch_scaling.json"),
-                   help="benchmarks/batch_scaling.py's result: frames to the score per global batch (for the "
+    p.add_argument("--batch-scaling", default=os.path.join(harness.ROOT, "studies", "batch_scaling", "results",
+                                                           "batch_scaling.json"),
+                   help="studies/batch_scaling's result: frames to the score per global batch (for the "
                         "time-to-score projection; '' for none)")
     p.add_argument("--exposed", default="",
                    help="measured exposed share of the exchange per mode, NAME=SHARE[,...] (e.g. from the exchange "

@@ -1,4 +1,4 @@
-"""benchmarks/batch_scaling.py: points, a short CartPole point through the real trainer, and the analysis."""
+"""studies/batch_scaling (python -m studies.batch_scaling): points, a short CartPole point through the real trainer, and the analysis."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from benchmarks.batch_scaling import Point, parse_point
+from studies.batch_scaling.batch_scaling import Point, parse_point
 from conftest import ROOT, subprocess_env
 
 
@@ -33,7 +33,7 @@ def test_points_become_rehearsals_of_the_global_batch():
 
 def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "out"
-    base = [sys.executable, "-m", "benchmarks.batch_scaling", "--env", "CartPole-v1", "--points", "64:sqrt,128:sqrt",
+    base = [sys.executable, "-m", "studies.batch_scaling", "--env", "CartPole-v1", "--points", "64:sqrt,128:sqrt",
             "--target", "60", "--frame-cap", "30000", "--max-hours", "0.05", "--nice", "0",
             "--eval-every-frames", "10000", "--eval-episodes", "2", "--runs-dir", str(runs), "--out", str(out)]
     p = subprocess.run([*base, "--run", "128:sqrt"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
@@ -78,7 +78,7 @@ def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
 
 def test_sigterm_stops_a_point_and_keeps_what_it_reached(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.batch_scaling", "--env", "CartPole-v1", "--points",
+    proc = subprocess.Popen([sys.executable, "-m", "studies.batch_scaling", "--env", "CartPole-v1", "--points",
                              "64:sqrt", "--run", "64:sqrt", "--target", "1e9", "--frame-cap", "50000000", "--nice", "0",
                              "--runs-dir", str(runs), "--out", str(out)], cwd=ROOT, env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -94,7 +94,7 @@ def test_sigterm_stops_a_point_and_keeps_what_it_reached(tmp_path):
     assert point["state"] == "partial" and point["frames_total"] > 0
     assert list((out / "batch_scaling-state" / "cartpole-v1-gb64-sqrt" / "checkpoints").glob("ckpt-*.npz"))
     # a point that will not reach the target is given up: reported with the reason, skipped by --run next
-    base = [sys.executable, "-m", "benchmarks.batch_scaling", "--env", "CartPole-v1", "--points", "64:sqrt",
+    base = [sys.executable, "-m", "studies.batch_scaling", "--env", "CartPole-v1", "--points", "64:sqrt",
             "--target", "1e9", "--runs-dir", str(runs), "--out", str(out)]
     p = subprocess.run([*base, "--abandon", "64:sqrt"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                        timeout=120)
@@ -110,7 +110,7 @@ def test_sigterm_stops_a_point_and_keeps_what_it_reached(tmp_path):
 
 
 def test_noise_windows_pool_means_before_the_ratio():
-    from benchmarks.batch_scaling import noise_windows
+    from studies.batch_scaling.batch_scaling import noise_windows
     from ba3c.learner import noise_scale
 
     rows = [{"frames": "500000", "noise_n": "3", "grad_sq_small": "4.0", "grad_sq_big": "1.0", "noise_b_small": "64",
@@ -142,13 +142,13 @@ def test_noise_windows_pool_means_before_the_ratio():
 
 
 def _result(point: str, batch: int, reached: int | None, total: int, noise=None, eval_reached=None):
-    from benchmarks.batch_scaling import PointResult
+    from studies.batch_scaling.batch_scaling import PointResult
     return PointResult(point, batch, "sqrt", "reached" if reached or eval_reached else "partial", reached, total,
                        None, None, None, "", frames_to_target_eval=eval_reached, noise_scale=noise)
 
 
 def test_noise_model_predicts_checks_and_flags_contradictions():
-    from benchmarks.batch_scaling import noise_model
+    from studies.batch_scaling.batch_scaling import noise_model
     from benchmarks.scaling_model import frames_from_noise_scale
 
     windows = [{"frames_from": 0, "frames_to": 1_000_000, "b_simple": 10.0, "b_simple_policy": 1000.0},

@@ -1,4 +1,4 @@
-"""benchmarks/exchange.py: the timeline reading on a hand-made trace, and `--quick` end to end
+"""studies/exchange (python -m studies.exchange): the timeline reading on a hand-made trace, and `--quick` end to end
 (no speed assertions: numbers here are noisy)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from benchmarks.exchange import timeline_excerpt
+from studies.exchange.exchange import timeline_excerpt
 from conftest import ROOT, subprocess_env
 
 DENSE = "HorovodAllreduce_gradient_tape_nature_1_dense_1_MatMul_MatMul_1_0"
@@ -43,7 +43,7 @@ def test_timeline_excerpt_tells_overlap_from_none():
 
 
 def test_exchange_quick(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "benchmarks.exchange", "--quick", "--out", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "studies.exchange", "--quick", "--out", str(tmp_path)],
                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=3600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     res = json.loads((tmp_path / "exchange.json").read_text())
@@ -75,7 +75,7 @@ def _trainer_runs(variant_fps: float) -> list[dict]:
 def test_analyze_only_merges_files_later_parts_replace_earlier(tmp_path):
     """`--analyze-only A,B`: B's parts replace A's (the trainer measured again), A's other parts stay, and
     each part says which file it came from."""
-    from benchmarks.exchange import main
+    from studies.exchange.exchange import main
 
     machine = {"cores": 2, "cpu": "test"}
     first = {"machine": machine, "date": "d1", "parts": ["trainer", "timeline"], "trainer": _trainer_runs(500.0),
@@ -93,7 +93,7 @@ def test_analyze_only_merges_files_later_parts_replace_earlier(tmp_path):
 
 def test_projection_input_gives_each_variants_exposed_share_of_grouped():
     """Shares over float32 grouped's exposed time; one above 1 goes to scaling.py --exposed as 1 (no better than sync)."""
-    from benchmarks.exchange import projection_input
+    from studies.exchange.exchange import projection_input
 
     def ms(x: float) -> dict:
         return {"exposed_ms": {"median": x, "min": x, "max": x, "n": 1}}

@@ -1,4 +1,4 @@
-"""benchmarks/life_loss_compare.py on tiny Breakout runs: both variants to the same frames, in
+"""studies/life_loss_compare on tiny Breakout runs: both variants to the same frames, in
 alternating turns, continued by a second invocation, and compared at the same frame marks."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ TINY = ["--", "--num-envs", "8", "--predict-batch", "4", "--train-batch", "32", 
 
 
 def _compare(tmp_path, frames: int, *more: str) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "benchmarks.life_loss_compare", "--env", "breakout", "--frames",
+    p = subprocess.run([sys.executable, "-m", "studies.life_loss_compare", "--env", "breakout", "--frames",
                         str(frames), "--seeds", "3", "--segment-minutes", "5", "--mark-every", "1024", "--nice", "0",
                         "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), *more, *TINY],
                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
@@ -50,7 +50,7 @@ def test_life_loss_compare_breakout(tmp_path):
     assert set(res["curve_mean_per_run"]) == set(runs) and set(res["curve_mean_per_variant"]) == {"ignore", "terminal"}
     # --analyze-only reads the kept progress copies when the run directories are gone
     shutil.rmtree(tmp_path / "runs")
-    p = subprocess.run([sys.executable, "-m", "benchmarks.life_loss_compare", "--env", "breakout", "--frames", "3000",
+    p = subprocess.run([sys.executable, "-m", "studies.life_loss_compare", "--env", "breakout", "--frames", "3000",
                         "--seeds", "3", "--mark-every", "1024", "--runs-dir", str(tmp_path / "runs"), "--out",
                         str(tmp_path / "out"), "--analyze-only"], cwd=ROOT, env=subprocess_env(), capture_output=True,
                        text=True, timeout=120)
@@ -61,7 +61,7 @@ def test_life_loss_compare_breakout(tmp_path):
 
 
 def test_marks_and_variant_means():
-    from benchmarks.life_loss_compare import RunResult, at_mark, curve_mean, variant_means
+    from studies.life_loss_compare.life_loss_compare import RunResult, at_mark, curve_mean, variant_means
 
     rows = [{"frames": "500", "return_mean20": ""}, {"frames": "900", "return_mean20": "1.5"},
             {"frames": "1100", "return_mean20": "2.5"}, {"frames": "2100", "return_mean20": "4.0"}]

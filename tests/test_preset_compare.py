@@ -1,4 +1,4 @@
-"""benchmarks/preset_compare.py on two short CartPole runs (default and paper presets)."""
+"""studies/preset_compare on two short CartPole runs (default and paper presets)."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,7 @@ def _train(run_dir, preset: str) -> None:
 def test_preset_compare_cartpole(tmp_path):
     _train(tmp_path / "d", "default")
     _train(tmp_path / "p", "paper")
-    cmd = [sys.executable, "-m", "benchmarks.preset_compare", "--runs", f"default={tmp_path / 'd'},paper={tmp_path / 'p'}",
+    cmd = [sys.executable, "-m", "studies.preset_compare", "--runs", f"default={tmp_path / 'd'},paper={tmp_path / 'p'}",
            "--thresholds", "15,20", "--out", str(tmp_path / "out")]
     p = subprocess.run(cmd + ["--measure-seconds", "5", "--warmup", "1"], cwd=ROOT, env=subprocess_env(),
                        capture_output=True, text=True, timeout=1200)

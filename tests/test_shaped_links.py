@@ -1,4 +1,5 @@
-"""benchmarks/shaped_links.py: the link model's arithmetic by hand, and the in-box cluster for real (as root).
+"""studies/shaped_links and benchmarks/netns.py (the in-box cluster it builds): the link model's arithmetic by hand,
+and the in-box cluster for real (as root).
 
 The real runs are tiny (2 ranks, 400 KB, 1 Gbit/s) and assert structure only: the bytes went over the
 shaped veths (every tbf qdisc carried them, loopback did not), and afterwards, also after a failure
@@ -15,9 +16,10 @@ import time
 
 import pytest
 
-from benchmarks import exchange_probe
+from benchmarks import netns
 from benchmarks import scaling_model as sm
-from benchmarks import shaped_links as sl
+from studies.shaped_links import exchange_probe
+from studies.shaped_links import shaped_links as sl
 from conftest import ROOT, subprocess_env
 
 # ---------------------------------------------------------------- the model (pure arithmetic)
@@ -66,7 +68,7 @@ def test_transport_and_tbf_settings():
     assert sl.transport_mca("ring+eager", 6_750_876) == ring + mca
     with pytest.raises(ValueError):
         sl.transport_mca("ring+fast", 1)
-    burst, limit = sl.tbf_sizes(1e9)
+    burst, limit = netns.tbf_sizes(1e9)
     assert burst >= 64 * 1024 and limit >= burst
 
 
@@ -120,8 +122,8 @@ TINY = ["--ranks", "2", "--rates-gbit", "1", "--transports", "default", "--float
 
 def _leftovers(pid: int) -> list[str]:
     """Anything of the run whose process was `pid`: namespaces, links here, processes naming its tag."""
-    tag = f"{sl.NAME_PREFIX}{pid}"
-    found = [f"namespace {ns}" for ns in sl.our_namespaces(tag + "-")]
+    tag = f"{netns.NAME_PREFIX}{pid}"
+    found = [f"namespace {ns}" for ns in netns.our_namespaces(tag + "-")]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found += [f"link {line}" for line in links.splitlines() if tag in line]
     found += [f"process {line}" for line in _cmdlines(tag)]
@@ -131,7 +133,7 @@ def _leftovers(pid: int) -> list[str]:
 def _start(args: list[str], out) -> subprocess.Popen:
     # SIGINT back to its default in the child, as at a terminal: a job started in the background by a
     # non-interactive shell (e.g. CI) inherits SIGINT ignored, and Python then installs no Ctrl-C handler.
-    return subprocess.Popen([sys.executable, "-m", "benchmarks.shaped_links", *args, "--out", str(out)], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "studies.shaped_links", *args, "--out", str(out)], cwd=ROOT,
                             env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -177,12 +179,12 @@ def test_failure_mid_run_cleans_up(tmp_path):
 def test_signal_mid_exchange_cleans_up(tmp_path, sig):
     p = _start([*TINY, "--reps", "100000"], tmp_path)  # runs until signalled
     try:
-        tag = f"{sl.NAME_PREFIX}{p.pid}"
+        tag = f"{netns.NAME_PREFIX}{p.pid}"
         deadline = time.time() + 600
         while time.time() < deadline and not any("exchange_probe" in x for x in _cmdlines(tag)):
             assert p.poll() is None, p.stdout.read()[-4000:]
             time.sleep(0.5)
-        assert sl.our_namespaces(tag + "-"), "the cluster should be up while the ranks exchange"
+        assert netns.our_namespaces(tag + "-"), "the cluster should be up while the ranks exchange"
         time.sleep(2)  # the ranks are exchanging now
         p.send_signal(sig)
         log, _ = p.communicate(timeout=300)
@@ -198,17 +200,17 @@ def test_leftovers_of_a_dead_run_are_removed_and_a_live_runs_kept(tmp_path):
     import tempfile
 
     with open("/proc/sys/kernel/pid_max") as fh:
-        dead = f"{sl.NAME_PREFIX}{int(fh.read())}"  # pid_max itself is never a pid
-    live = f"{sl.NAME_PREFIX}{os.getpid()}"
+        dead = f"{netns.NAME_PREFIX}{int(fh.read())}"  # pid_max itself is never a pid
+    live = f"{netns.NAME_PREFIX}{os.getpid()}"
     dead_dir = os.path.join(tempfile.gettempdir(), f"{dead}-test")
     try:
         for ns in (f"{dead}-n0", f"{live}-n0"):
             subprocess.run(["ip", "netns", "add", ns], check=True)
         os.makedirs(dead_dir)
-        removed = sl.remove_stale()
+        removed = netns.remove_stale()
         assert f"{dead}-n0" in removed and dead_dir in removed
-        assert sl.our_namespaces(dead + "-") == [] and not os.path.exists(dead_dir)
-        assert sl.our_namespaces(live + "-") == [f"{live}-n0"]  # a running process's: left alone
+        assert netns.our_namespaces(dead + "-") == [] and not os.path.exists(dead_dir)
+        assert netns.our_namespaces(live + "-") == [f"{live}-n0"]  # a running process's: left alone
     finally:
         for ns in (f"{dead}-n0", f"{live}-n0"):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
