@@ -217,7 +217,7 @@ def sampled_score(checkpoint: ckpt.Checkpoint) -> float:
 
 # CartPole at 60x the learning rate that learns it (test_train.py): the softmax saturates within a few
 # hundred updates (entropy ~1e-13, every episode 9 steps: one action always). Without the guard it mostly
-# stays there (benchmarks/results/collapse-diagnosis.json); the guard must notice, roll back and go on.
+# stays there (docs/topics/collapse-guard.md); the guard must notice, roll back and go on.
 COLLAPSING = ["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40", "--lr", "0.06",
               "--lr-scaling", "none", "--intra-op-threads", "1", "--log-interval-s", "1", "--stats-interval-updates", "10",
               "--guard-snapshot-updates", "50"]
