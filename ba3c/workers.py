@@ -59,41 +59,76 @@ class Timers:
         return t1
 
 
+class QueueFeed:
+    """BA3C's way from the simulation thread to the learner: train batches through a bounded queue (its size
+    bounds the policy lag). Gorila's (`ba3c.gorila.GorilaActor`) has the same three methods."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.queue: queue.Queue[TrainBatch] = queue.Queue(maxsize=maxsize)
+
+    def hand_over(self, batches: list[TrainBatch], stop: threading.Event) -> None:
+        """Queue the batches, waiting while the queue is full (until `stop`)."""
+        for tb in batches:
+            while not stop.is_set():
+                try:
+                    self.queue.put(tb, timeout=0.2)
+                    break
+                except queue.Full:
+                    pass
+
+    def next_batch(self, timeout: float) -> TrainBatch | None:
+        try:
+            return self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def discard_queued(self) -> int:
+        n = 0
+        while True:
+            try:
+                self.queue.get_nowait()
+                n += 1
+            except queue.Empty:
+                return n
+
+
 class SimulationThread(threading.Thread):
-    """Simulators -> predictor -> experience -> bounded queue of train batches."""
+    """Simulators -> predictor -> actions -> experience -> the feed the learner takes its batches from.
+
+    What differs between algorithms is plugged in: `choose` (actions from the predictor's first output:
+    BA3C samples its policy, Gorila is epsilon-greedy on Q), `experience` (what is recorded: n-step
+    returns, or the replay) and `feed` (BA3C: a bounded queue of train batches; Gorila: the replay
+    sampled on the learner's demand)."""
 
     def __init__(self, sim: Simulator, predictor, experience: Experience, rng: np.random.Generator, env_seed: int,
-                 queue_batches: int, policy_version: Callable[[], int] = lambda: 0, decorrelate_steps: int = 0) -> None:
+                 queue_batches: int, policy_version: Callable[[], int] = lambda: 0, decorrelate_steps: int = 0,
+                 choose: Callable[[np.ndarray, np.random.Generator], np.ndarray] = sample_actions,
+                 feed: Any = None) -> None:
         super().__init__(name="SimulationThread", daemon=True)
         self.sim, self.predictor, self.experience, self.rng = sim, predictor, experience, rng
+        self.choose = choose
         self.decorrelate_steps = decorrelate_steps  # SimConfig.decorrelate_steps: random steps before recording
         self.policy_version = policy_version  # the learner's update count: whose weights chose the actions
         self.env_seed = env_seed
-        self.out: queue.Queue[TrainBatch] = queue.Queue(maxsize=queue_batches)  # bounds policy lag
+        self.feed = feed if feed is not None else QueueFeed(queue_batches)
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.timers = Timers()
         self._episodes: list[Episode] = []
         self._lock = threading.Lock()
 
-    def next_batch(self) -> TrainBatch:
-        """The learner's side of the queue: the next train batch; raises this thread's error if it failed."""
+    def next_batch(self) -> Any:
+        """The learner's side of the feed: the next train batch; raises this thread's error if it failed."""
         while True:
-            try:
-                return self.out.get(timeout=1.0)
-            except queue.Empty:
-                if self.error is not None:
-                    raise self.error
+            batch = self.feed.next_batch(timeout=1.0)
+            if batch is not None:
+                return batch
+            if self.error is not None:
+                raise self.error
 
     def discard_queued(self) -> int:
-        """Drop the train batches waiting in the queue (after a rollback: the collapsed policy played them)."""
-        n = 0
-        while True:
-            try:
-                self.out.get_nowait()
-                n += 1
-            except queue.Empty:
-                return n
+        """Drop the train batches waiting in the feed (after a rollback: the collapsed policy played them)."""
+        return self.feed.discard_queued()
 
     def drain_episodes(self) -> list[Episode]:
         with self._lock:
@@ -110,7 +145,7 @@ class SimulationThread(threading.Thread):
                 t = time.perf_counter()
                 version = self.policy_version()  # read before the forward pass: the weights it uses are at least this new
                 logits, values = self.predictor(b.obs)
-                actions = sample_actions(logits, self.rng)
+                actions = self.choose(logits, self.rng)
                 t = self.timers.add("predict", t)
                 self.sim.send(actions)
                 batches, episodes = self.experience.add(b, values, actions, version)
@@ -118,13 +153,7 @@ class SimulationThread(threading.Thread):
                     with self._lock:
                         self._episodes.extend(episodes)
                 t = self.timers.add("experience", t)
-                for tb in batches:
-                    while not self.stop.is_set():
-                        try:
-                            self.out.put(tb, timeout=0.2)
-                            break
-                        except queue.Full:
-                            pass
+                self.feed.hand_over(batches, self.stop)
                 t = self.timers.add("queue_put_wait", t)
                 b = self.sim.recv()
                 self.timers.add("env", t)
