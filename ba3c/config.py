@@ -19,9 +19,7 @@ from ba3c.files import write_json
 MODELS = ("auto", "nature", "paper", "mlp")
 CLIP_MODES = ("global", "avg")
 LR_SCALINGS = ("none", "linear", "sqrt")
-LR_ADAPTS = ("none", "kl")
 LR_DECAYS = ("none", "linear")
-ADVANTAGE_NORMS = ("none", "batch")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
 ALLREDUCES = ("grouped", "per-tensor")
@@ -83,11 +81,6 @@ class LearnConfig:
     clip_mode: str = _f("global", "global: clip by global norm; avg: clip each tensor by average norm (paper)", choices=CLIP_MODES)
     entropy_coef: float = _f(0.01, "entropy bonus weight")
     value_coef: float = _f(0.5, "value loss weight")
-    advantage_norm: str = _f("none", "none: the policy gradient weighs each action by its advantage (return - value); "
-                             "batch: by its advantage standardised (mean 0, std 1) within its rank's --train-batch "
-                             "samples (a rehearsal: within each rehearsed rank's), as PPO implementations do; removes a "
-                             "shared bias of the advantages while the value head still lags the returns",
-                             choices=ADVANTAGE_NORMS)
     exchange: str = _f("sync", "sync: average gradients then apply in the same update; overlap: exchange update k while "
                        "computing update k+1's gradients (they are one update stale), hiding the allreduce", choices=EXCHANGES)
     allreduce: str = _f("grouped", "how a synchronous update's gradients are exchanged: grouped (one exchange after the "
@@ -105,26 +98,11 @@ class LearnConfig:
     warmup_updates: int = _f(100, "linear lr warm-up over this many updates when lr is scaled up")
     lr_decay: str = _f("none", "none: the lr stays at the rule's; linear: it falls in proportion to the frames trained, "
                        "from the rule's lr at frame 0 to 0 at --lr-decay-frames (a multiplier on top of the scaling, "
-                       "warm-up, --lr-adapt and the collapse guard's cuts; CleanRL's PPO anneals this way, the "
+                       "warm-up and the collapse guard's cuts; CleanRL's PPO anneals this way, the "
                        "authors' code had a step schedule, off by default)", choices=LR_DECAYS)
     lr_decay_frames: int = _f(0, "--lr-decay linear: the frame count at which the lr reaches 0 (0: --total-frames, "
                               "so a resume that raises --total-frames raises the lr); it may not be below "
                               "--total-frames, which would train at lr 0")
-    lr_adapt: str = _f("none", "none: the lr follows lr_scaling and the warm-up; kl: a trust region on the policy. "
-                       "After every update the policy's change is measured (KL(old || new) on --kl-samples, averaged "
-                       "over ranks); a step that changed it by more than twice --kl-target is shortened towards the "
-                       "weights before it (up to 3 times), and the next update's lr is raised x1.05 while the "
-                       "change is below half the target, cut /1.5 when above twice it, within 1/64 .. --kl-lr-max x the "
-                       "rule's lr (costs a forward pass of --kl-samples per update, more when a step is shortened)",
-                       choices=LR_ADAPTS)
-    kl_target: float = _f(0.002, "--lr-adapt kl: the policy change per update aimed at (mean KL over the measured "
-                          "samples). 0.002 is 32 x the mean change of a batch-64 Pong update early in training "
-                          "(6.6e-5, measured; README): the change of 32 such updates of independent noise")
-    kl_lr_max: float = _f(1.0, "--lr-adapt kl: the most the lr may be raised to, as a multiple of the rule's lr. "
-                          "1: the trust region only shortens steps and cuts the lr, and raises it back no higher than "
-                          "the rule's. Measured (README): with 16 the lr ran to its cap on a policy that no longer "
-                          "responded, and the policy went back to uniform")
-    kl_samples: int = _f(256, "--lr-adapt kl: samples of each rank's batch the KL is measured on (an evenly spaced subset)")
     noise_scale_every: int = _f(0, "measure the gradient noise scale (McCandlish et al. 2018, B_simple = tr(Sigma) / |G|^2: "
                                 "the batch beyond which more samples per update stop saving updates) every this many "
                                 "updates, from the squared gradient norms of the rank's batch and of its sub-batches "
@@ -207,10 +185,18 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 # Options added after runs were saved, and the value a saved config that lacks one ran with (which
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
-                                             "lr_adapt": "none", "kl_target": 0.002, "kl_samples": 256, "kl_lr_max": 16.0,
-                                             "noise_scale_every": 0, "advantage_norm": "none",
+                                             "noise_scale_every": 0,
                                              "decorrelate_steps": 0, "lr_decay": "none", "lr_decay_frames": 0,
                                              "sticky_actions": 0.0}
+
+# Options removed because their experiments measured no gain (the README's batch-scaling results; the code is
+# in git history: REMOVED_IN names the last commit that has it). A saved config may still hold them. The value
+# given here is the behaviour that remains (None: a knob of the removed behaviour, meaningless without it): such
+# entries are dropped silently. Any other value means the run trained with the removed behaviour: a resume
+# cannot continue it, an evaluation can (the network is the same).
+REMOVED_OPTIONS: dict[str, Any] = {"lr_adapt": "none", "kl_target": None, "kl_lr_max": None, "kl_samples": None,
+                                   "advantage_norm": "none"}
+REMOVED_IN = "7a76fc9bcf21"
 
 # The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -267,8 +253,7 @@ def validate(cfg: Config) -> None:
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
                     checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min, keep_checkpoints=r.keep_checkpoints,
                     queue_batches=r.queue_batches, eval_episodes=r.eval_episodes, stats_interval_updates=r.stats_interval_updates,
-                    adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks, kl_target=l.kl_target, kl_samples=l.kl_samples,
-                    kl_lr_max=l.kl_lr_max,
+                    adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks,
                     guard_snapshot_updates=r.guard_snapshot_updates, guard_grad_jump=r.guard_grad_jump,
                     guard_max_rollbacks=r.guard_max_rollbacks)
     for name, v in positive.items():
@@ -302,9 +287,6 @@ def validate(cfg: Config) -> None:
     for name in ("beta1", "beta2"):
         if not 0.0 <= getattr(l, name) < 1.0:
             raise ConfigError(f"--{name}: must be in [0, 1), got {getattr(l, name)}")
-    if l.lr_adapt == "kl" and l.exchange == "overlap":
-        raise ConfigError("--lr-adapt kl needs --exchange sync (with overlap an update lands while the next one's "
-                          "gradients are computed, so its policy change is not measured before the next lr is chosen)")
     if s.predict_batch > s.num_envs:
         raise ConfigError(f"--predict-batch {s.predict_batch} is larger than --num-envs {s.num_envs}; "
                           f"use at most {s.num_envs} (or raise --num-envs)")
@@ -320,8 +302,6 @@ def validate(cfg: Config) -> None:
     if l.n_step * 4 > s.max_episode_frames:
         raise ConfigError(f"--n-step {l.n_step} is longer than the episode cap --max-episode-frames "
                           f"{s.max_episode_frames} allows; lower --n-step or raise the cap")
-    if l.advantage_norm == "batch" and l.train_batch < 2:
-        raise ConfigError("--advantage-norm batch standardises within a rank's batch: it needs --train-batch 2 or more")
     if l.noise_scale_every and r.rehearse_ranks == 1 and l.train_batch < 8:
         raise ConfigError(f"--noise-scale-every needs sub-batches of at least 2 samples: --train-batch {l.train_batch} "
                           f"/ 4 is less; raise --train-batch to 8 or more, or rehearse ranks (--rehearse-ranks)")
@@ -426,7 +406,39 @@ def load_json(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config: no such file '{path}'") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"--config: '{path}' is not valid JSON ({e})") from None
-    return _from_nested(data, f"--config {path}")
+    if used := removed_behaviours(data):
+        raise ConfigError(removed_message(f"--config {path}", used))
+    return _from_nested(without_removed(data), f"--config {path}")
+
+
+def _saved_items(data: Any) -> list[tuple[str, Any]]:
+    """(option, value) of a saved config, nested by group or flat, in the file's order."""
+    if not isinstance(data, dict):
+        return []
+    out: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        out += list(value.items()) if key in _GROUPS and isinstance(value, dict) else [(key, value)]
+    return out
+
+
+def removed_behaviours(data: Any) -> list[str]:
+    """The removed behaviours (REMOVED_OPTIONS) a saved config trained with, as flags: ['--lr-adapt kl']."""
+    return [f"{_flag(k)} {v}" for k, v in _saved_items(data)
+            if k in REMOVED_OPTIONS and REMOVED_OPTIONS[k] is not None and v != REMOVED_OPTIONS[k]]
+
+
+def removed_message(source: str, used: list[str]) -> str:
+    return (f"{source}: the run trained with {', '.join(used)}, which ba3c no longer has (its experiment measured "
+            f"no gain); continue it with git commit {REMOVED_IN}, the last that has it, or start a new run")
+
+
+def without_removed(data: Any) -> Any:
+    """A saved config without the removed options (REMOVED_OPTIONS)."""
+    if not isinstance(data, dict):
+        return data
+    return {key: ({k: v for k, v in value.items() if k not in REMOVED_OPTIONS}
+                  if key in _GROUPS and isinstance(value, dict) else value)
+            for key, value in data.items() if key not in REMOVED_OPTIONS}
 
 
 def save_json(cfg: Config, path: str) -> None:
@@ -463,7 +475,10 @@ def saved_config(data: dict[str, Any], source: str = "saved config", remedy: str
     """The config a run saved (config.json, a checkpoint's meta), with the options it predates set to what it ran with.
 
     Options this version does not know (the run was made by a newer version or another branch) are all
-    named in one ConfigError, from `source` (where the config came from) and with `remedy` (what to do)."""
+    named in one ConfigError, from `source` (where the config came from) and with `remedy` (what to do).
+    Removed options are dropped, whatever their value (a resume refuses removed behaviours first:
+    `removed_behaviours`); an evaluation of such a run works, its network being the same."""
+    data = without_removed(data)
     unknown = unknown_options(data)
     if unknown:
         what = "option" if len(unknown) == 1 else "options"

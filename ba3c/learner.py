@@ -1,7 +1,6 @@
 """Loss, compiled train step, Adam, gradient clipping and the gradient exchange between ranks."""
 from __future__ import annotations
 
-import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,9 +23,6 @@ class StepStats:
     allreduce_s: float   # exposed exchange: the part of the update spent waiting for averaged gradients after
                          # the local ones were ready (in the graph: between two timestamps; host: the call)
     policy_lag: float    # mean over the batch of updates made since its actions were chosen
-    kl: float = float("nan")  # --lr-adapt kl: the update's policy change as applied, mean KL(old || new), averaged over ranks
-    kl_step: float = float("nan")  # the policy change Adam's whole step would have made (the lr rule follows this one)
-    step_kept: float = 1.0    # the fraction of Adam's step applied (below 1 when the trust region shortened it)
     # --noise-scale-every, at the updates that measured it (else nan / 0): the mean squared norm of the sub-batches'
     # gradients and the squared norm of their mean (the batch's gradient), averaged over ranks, for the whole loss
     # and for its policy-gradient term alone (pg_*), and the two batch sizes
@@ -38,24 +34,6 @@ class StepStats:
     b_big: int = 0
 
 
-# --lr-adapt kl: the next update's lr multiplier moves by these factors, within these bounds
-KL_RAISE, KL_CUT = 1.05, 1.5
-LR_ADAPT_MIN = 1.0 / 64  # the upper bound is --kl-lr-max
-# A step whose policy change exceeds twice the target is shortened (towards the weights before it) at most
-# this many times, each by sqrt(limit / KL) (KL grows about quadratically with the step's length)
-KL_BACKTRACKS = 3
-
-
-def adapt_lr(scale: float, kl: float, target: float, most: float) -> float:
-    """The lr multiplier after an update whose policy changed by `kl`: raised gently while the policy
-    moves less than half the target, cut faster when it moves more than twice it (or is not finite)."""
-    if not math.isfinite(kl) or kl > 2.0 * target:
-        scale /= KL_CUT
-    elif kl < 0.5 * target:
-        scale *= KL_RAISE
-    return min(most, max(LR_ADAPT_MIN, scale))
-
-
 def noise_scale(grad_sq_small: float, grad_sq_big: float, b_small: int, b_big: int) -> tuple[float, float, float]:
     """Unbiased estimates (McCandlish et al. 2018, appendix A.1) from E|G_B|^2 = |G|^2 + tr(Sigma) / B measured at
     two batch sizes: the true gradient's squared norm |G|^2, the per-sample gradient variance tr(Sigma), and the
@@ -64,16 +42,6 @@ def noise_scale(grad_sq_small: float, grad_sq_big: float, b_small: int, b_big: i
     g2 = (b_big * grad_sq_big - b_small * grad_sq_small) / (b_big - b_small)
     trace = (grad_sq_small - grad_sq_big) / (1.0 / b_small - 1.0 / b_big)
     return g2, trace, (trace / g2 if g2 > 0 else float("nan"))
-
-
-def standardise(advantages: np.ndarray, chunk: int) -> np.ndarray:
-    """--advantage-norm batch: each consecutive `chunk` of advantages (a rank's batch; a rehearsal holds one
-    per rehearsed rank) to mean 0 and std 1; a last, shorter chunk on its own."""
-    out = np.empty_like(advantages)
-    for i in range(0, len(advantages), chunk):
-        a = advantages[i:i + chunk].astype(np.float64)
-        out[i:i + chunk] = (a - a.mean()) / (a.std() + 1e-8)
-    return out
 
 
 def _clip(tf, grads: list, mode: str, threshold: float) -> tuple[list, object]:
@@ -109,9 +77,7 @@ class Learner:
         # and Adam's state (a rollback into the warm-up must not meet fresh Adam moments with the full lr).
         self.lr_step = 0
         self.lr_scale = 1.0  # the collapse guard's cut after a rollback (ba3c.guard)
-        self.lr_adapt = 1.0  # --lr-adapt kl's multiplier, moved after every update by the measured policy change
         self.lr_decay = 1.0  # --lr-decay's multiplier, set by the trainer from the frames trained (config.lr_decay_factor)
-        self._kl_on = cfg.lr_adapt == "kl"
         self.noise_sub_batch = noise_sub_batch  # --noise-scale-every's small batch (ba3c.config.noise_sub_batch)
         self._pending: Future | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -129,16 +95,8 @@ class Learner:
         # convolutions' (seen in the Horovod timeline), leaving nothing to overlap.
         sizes = [int(np.prod(v.shape)) for v in model.trainable_variables]
         self._late_from = int(np.argmax(sizes)) if in_graph and per_tensor and cfg.exchange == "sync" else None
-        self._grads = tf.function(lambda *batch: self._loss_and_grads(*batch)[:2])
-        self._grads_logits = tf.function(self._loss_and_grads)
+        self._grads = tf.function(self._loss_and_grads)
         self._split_grads = tf.function(self._split_grads_graph)
-        self._kl = tf.function(self._policy_change)
-        # --lr-adapt kl: the weights before the update, so that a step that changed the policy too much
-        # can be shortened after the fact (Adam's moments keep the whole gradient)
-        self._before = [tf.Variable(v, trainable=False) for v in model.trainable_variables] if self._kl_on else []
-        self._remember = tf.function(lambda: [b.assign(v) for b, v in zip(self._before, model.trainable_variables)])
-        self._shorten = tf.function(lambda keep: [v.assign(b + keep * (v - b))
-                                                  for b, v in zip(self._before, model.trainable_variables)])
         self._apply = tf.function(lambda grads: self._apply_grads(average_in_graph(list(grads))))
         self._average_on_host = self._average_host if on_host else list
         if cfg.exchange == "overlap":
@@ -153,20 +111,20 @@ class Learner:
 
     # ---- graph pieces
     def _losses(self, obs, actions, returns, advantages):
-        """The A2C loss's terms on a batch: policy gradient, value regression, entropy; and the logits."""
+        """The A2C loss's terms on a batch: policy gradient, value regression, entropy."""
         tf = self._tf
         logits, value = self.model(obs, training=True)
         logp = tf.nn.log_softmax(logits)
         policy_loss = -tf.reduce_mean(tf.gather(logp, actions, batch_dims=1) * advantages)
         value_loss = 0.5 * tf.reduce_mean(tf.square(returns - tf.squeeze(value, -1)))
         entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(logp) * logp, -1))
-        return policy_loss, value_loss, entropy, logits
+        return policy_loss, value_loss, entropy
 
     def _loss_and_grads(self, obs, actions, returns, advantages):
         tf = self._tf
         k = self._late_from
         with tf.GradientTape(persistent=k is not None) as tape:
-            policy_loss, value_loss, entropy, logits = self._losses(obs, actions, returns, advantages)
+            policy_loss, value_loss, entropy = self._losses(obs, actions, returns, advantages)
             loss = policy_loss + self.cfg.value_coef * value_loss - self.cfg.entropy_coef * entropy
         variables = self.model.trainable_variables
         if k is None or k == 0:
@@ -175,20 +133,7 @@ class Learner:
             late = tape.gradient(loss, variables[k:])
             with tf.control_dependencies(late):
                 grads = tape.gradient(loss, variables[:k]) + late
-        return grads, tf.stack([policy_loss, value_loss, entropy]), logits
-
-    def _kl_subset(self, obs, logits):
-        """An evenly spaced subset of the batch (at most --kl-samples) to measure the policy change on."""
-        tf = self._tf
-        stride = tf.maximum(1, tf.shape(obs)[0] // self.cfg.kl_samples)
-        return obs[::stride][:self.cfg.kl_samples], tf.stop_gradient(logits[::stride][:self.cfg.kl_samples])
-
-    def _policy_change(self, obs, old_logits):
-        """Mean KL(old || new) of the policy on `obs`, the model's weights now being the new ones."""
-        tf = self._tf
-        new_logits, _ = self.model(obs, training=False)
-        old_logp, new_logp = tf.nn.log_softmax(old_logits), tf.nn.log_softmax(new_logits)
-        return tf.reduce_mean(tf.reduce_sum(tf.exp(old_logp) * (old_logp - new_logp), -1))
+        return grads, tf.stack([policy_loss, value_loss, entropy])
 
     def _apply_grads(self, grads):
         clipped, norm = _clip(self._tf, list(grads), self.cfg.clip_mode, self.cfg.clip_norm)
@@ -197,10 +142,7 @@ class Learner:
 
     def _fused_step(self, average, exchanges: bool, obs, actions, returns, advantages):
         tf = self._tf
-        if self._kl_on:  # tf.function runs stateful ops in program order: these reads precede Adam's writes
-            for b, v in zip(self._before, self.model.trainable_variables):
-                b.assign(v)
-        grads, losses, logits = self._loss_and_grads(obs, actions, returns, advantages)
+        grads, losses = self._loss_and_grads(obs, actions, returns, advantages)
         if not exchanges:
             norm, exposed = self._apply_grads(average(list(grads))), tf.constant(0.0, tf.float64)
         else:
@@ -212,15 +154,11 @@ class Learner:
             with tf.control_dependencies(averaged):
                 t_averaged = tf.timestamp()
             norm, exposed = self._apply_grads(averaged), t_averaged - t_local
-        if not self._kl_on:
-            return losses, norm, exposed, tf.constant(float("nan")), (), ()
-        # tf.function orders the variable reads after Adam's writes (program order of stateful ops)
-        sub_obs, old_logits = self._kl_subset(obs, logits)
-        return losses, norm, exposed, self._policy_change(sub_obs, old_logits), sub_obs, old_logits
+        return losses, norm, exposed
 
     # ---- host side
     def current_lr(self) -> float:
-        lr = self.base_lr * self.lr_scale * self.lr_adapt * self.lr_decay
+        lr = self.base_lr * self.lr_scale * self.lr_decay
         if self.warmup <= 0:
             return lr
         return lr * min(1.0, (self.lr_step + 1) / self.warmup)
@@ -229,20 +167,15 @@ class Learner:
         t0 = time.perf_counter()
         lag = float(self.updates - batch.versions.mean())
         tf = self._tf
-        adv = standardise(batch.advantages, self.cfg.train_batch) if self.cfg.advantage_norm == "batch" \
-            else batch.advantages
-        args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns), tf.constant(adv))
+        args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns),
+                tf.constant(batch.advantages))
         every = self.cfg.noise_scale_every
         noise = self._gradient_noise(args) if every and self.updates % every == 0 else (float("nan"),) * 4 + (0, 0)
-        losses, norm, exchange_s, kl, sub = self._update(args)
+        losses, norm, exchange_s = self._update(args)
         pl, vl, ent = (float(x) for x in losses.numpy())
         self.updates += 1
         self.lr_step += 1
-        kl_step, kept = kl, 1.0
-        if self._kl_on:  # every rank has the same averaged kl, so takes the same decisions
-            kl_step, kl, kept = self._trust_region(kl, sub)
-            self.lr_adapt = adapt_lr(self.lr_adapt, kl_step, self.cfg.kl_target, self.cfg.kl_lr_max)
-        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag, kl, kl_step, kept, *noise)
+        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag, *noise)
 
     def _gradient_noise(self, args: tuple) -> tuple[float, float, float, float, int, int]:
         """Squared gradient norms at the current weights (before this update): the mean over the batch's
@@ -268,7 +201,7 @@ class Learner:
         """The whole loss's gradient and its policy-gradient term's, each flattened (one forward, two backprops)."""
         tf = self._tf
         with tf.GradientTape(persistent=True) as tape:
-            policy_loss, value_loss, entropy, _ = self._losses(obs, actions, returns, advantages)
+            policy_loss, value_loss, entropy = self._losses(obs, actions, returns, advantages)
             rest = self.cfg.value_coef * value_loss - self.cfg.entropy_coef * entropy
         variables = self.model.trainable_variables
         flat = lambda gs: tf.concat([tf.reshape(tf.zeros_like(v) if g is None else g, [-1])
@@ -276,46 +209,19 @@ class Learner:
         pg = flat(tape.gradient(policy_loss, variables))
         return pg + flat(tape.gradient(rest, variables)), pg
 
-    def _trust_region(self, kl_local: float, sub: tuple) -> tuple[float, float, float]:
-        """Shorten a step that changed the policy by more than twice the target; returns the whole step's
-        policy change, the applied one and the fraction of the step kept (all averaged over ranks)."""
-        kl_step = kl = self._rank_mean(kl_local)
-        limit, kept = 2.0 * self.cfg.kl_target, 1.0
-        for _ in range(KL_BACKTRACKS):
-            if not (math.isfinite(kl) and kl > limit):  # non-finite weights: shortening cannot mend them
-                break
-            keep = math.sqrt(limit / kl)
-            kept *= keep
-            self._shorten(self._tf.constant(kept, self._tf.float32))
-            kl = self._rank_mean(float(self._kl(*sub)))
-        return kl_step, kl, kept
-
-    # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds,
-    # this rank's policy change (nan unless --lr-adapt kl), the (observations, old logits) it was measured on).
+    # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds).
     def _update_fused(self, args: tuple) -> tuple:
         self.opt.learning_rate.assign(self.current_lr())
-        losses, norm, exposed_s, kl, sub_obs, old_logits = self._fused(*args)
-        return losses, norm, max(0.0, float(exposed_s)), float(kl), (sub_obs, old_logits)
+        losses, norm, exposed_s = self._fused(*args)
+        return losses, norm, max(0.0, float(exposed_s))
 
     def _update_host(self, args: tuple) -> tuple:
         self.opt.learning_rate.assign(self.current_lr())
-        if self._kl_on:
-            self._remember()
-        grads, losses, logits = self._grads_logits(*args)
+        grads, losses = self._grads(*args)
         t1 = time.perf_counter()
         grads = self._average_host(grads)
         exchange_s = time.perf_counter() - t1
-        norm = self._apply(grads)
-        if not self._kl_on:
-            return losses, norm, exchange_s, float("nan"), ()
-        sub = self._kl_subset(args[0], logits)
-        return losses, norm, exchange_s, float(self._kl(*sub)), sub
-
-    def _rank_mean(self, kl: float) -> float:
-        """The policy change averaged over ranks (one float, on the host: every rank then picks the same lr)."""
-        if not self._kl_on or self.dist.size == 1:
-            return kl
-        return float(self.dist.average_flat(np.array([kl], np.float32))[0])
+        return losses, self._apply(grads), exchange_s
 
     def _update_overlapped(self, args: tuple) -> tuple:
         grads, losses = self._grads(*args)  # runs while the previous update is exchanged and applied
@@ -324,7 +230,7 @@ class Learner:
         exchange_s = time.perf_counter() - t1  # exchange time not hidden behind this gradient computation
         self.opt.learning_rate.assign(self.current_lr())
         self._pending = self._pool.submit(self._exchange_apply, list(grads))
-        return losses, norm, exchange_s, float("nan"), ()  # --lr-adapt kl is refused with overlap (config)
+        return losses, norm, exchange_s
 
     def _exchange_apply(self, grads: list) -> float:
         return float(self._apply(self._average_on_host(grads)))

@@ -111,9 +111,6 @@ class Reporter:
         row["entropy_mean"] = scalars["losses/entropy_mean"] = float(np.mean(self._entropies))
         row["grad_norm_max"] = scalars["losses/grad_norm_max"] = self._grad_max
         row["guard"], row["rollbacks"] = self._worst, state.rollbacks
-        if math.isfinite(stats.kl_step):
-            row["kl"], row["kl_step"], row["step_kept"] = stats.kl, stats.kl_step, stats.step_kept
-            scalars.update({"losses/kl": stats.kl, "losses/kl_step": stats.kl_step, "losses/step_kept": stats.step_kept})
         if self._noise:  # pooled before dividing: one measurement's |G|^2 is noisy and can be negative
             mean = {k: float(np.mean([getattr(n, k) for n in self._noise]))
                     for k in ("grad_sq_small", "grad_sq_big", "pg_sq_small", "pg_sq_big")}

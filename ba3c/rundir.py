@@ -36,9 +36,6 @@ PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_m
                    # since the previous row: mean policy entropy, largest gradient norm (before clipping), the
                    # collapse guard's worst verdict (healthy, suspect, collapsed); rollbacks so far in the run
                    "entropy_mean", "grad_norm_max", "guard", "rollbacks",
-                   # --lr-adapt kl, the last update's: its policy change as applied (mean KL(old || new)), the
-                   # change Adam's whole step made, the fraction of the step kept by the trust region; else empty
-                   "kl", "kl_step", "step_kept",
                    # --noise-scale-every, pooled over the row's measurements (else empty): B_simple = tr(Sigma) / |G|^2
                    # from the means of the sub-batches' squared gradient norm (batch noise_b_small) and the whole
                    # batch's (noise_b_big), for the whole loss and for the policy-gradient term alone (pg_*,

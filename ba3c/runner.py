@@ -78,7 +78,6 @@ class Trainer:
         self.learner.lr_step = int(self.learner.opt.iterations.numpy())
         self.guard = Guard(cfg.run, dist.is_root, self.state.lr_scale)
         self.learner.lr_scale = self.state.lr_scale  # earlier rollbacks' lr cuts hold for the whole run
-        self.learner.lr_adapt = self.state.lr_adapt  # --lr-adapt kl goes on from where it was
         self.learner.lr_decay = lr_decay_factor(cfg, self.state.frames)  # --lr-decay follows the frames trained
         self.interval = IntervalRecorder()
         self.frames_per_update = global_batch(cfg, dist.size) * spec.frames_per_step
@@ -133,9 +132,6 @@ class Trainer:
             print(f"ba3c: the learning rate changes on resume: the collapse guard's lr cut (x{state.lr_scale:g}) "
                   f"is dropped")
             state.lr_scale = 1.0
-        if state.lr_adapt != 1.0 and any(k in changes for k in ("lr", "lr_scaling", "lr_ref_batch", "lr_adapt", "kl_target", "kl_lr_max")):
-            print(f"ba3c: the learning rate changes on resume: --lr-adapt's multiplier (x{state.lr_adapt:.3g}) starts again at 1")
-            state.lr_adapt = 1.0
         print(f"ba3c: resuming from {c.path} (update {state.updates:,}, {state.frames:,} frames; "
               f"trained on {c.meta.get('world_size')} ranks, now {self.dist.size})")
         return state, changes
@@ -210,7 +206,6 @@ class Trainer:
             self.probe = HealthProbe(self.model, batch.obs[:PROBE_OBS])
         self.stats = self.learner.train(batch)
         self.last_obs = batch.obs  # the final sync judges the last step's weights on them
-        self.state.lr_adapt = self.learner.lr_adapt
         self.interval.add(self.stats.entropy, self.stats.grad_norm)
         if self.report is not None and self.stats.b_big:
             self.report.add_noise(self.stats)

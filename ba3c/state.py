@@ -21,7 +21,6 @@ class RunState:
     cpu_s_from_start: bool = True  # False once resumed from a checkpoint that did not count CPU seconds from the start
     rollbacks: int = 0      # the collapse guard's rollbacks so far, resumes included
     lr_scale: float = 1.0   # the lr multiplier those rollbacks left (each one cuts it for the rest of the run)
-    lr_adapt: float = 1.0   # --lr-adapt kl's lr multiplier after the last update
     t_start: float = 0.0    # wall clock (time.time) when this process began training
     cpu_start: float = 0.0  # this rank's process CPU seconds then: every thread, simulators and learner alike
 
@@ -40,17 +39,17 @@ class RunState:
         """The checkpoint's counters (its meta also holds the config, the model and the world size)."""
         return {"updates": self.updates, "frames": self.frames, "episodes": self.episodes,
                 "time_s": self.elapsed(now), "cpu_s": self.cpu_s, "cpu_s_from_start": self.cpu_s_from_start,
-                "rollbacks": self.rollbacks, "lr_scale": self.lr_scale, "lr_adapt": self.lr_adapt}
+                "rollbacks": self.rollbacks, "lr_scale": self.lr_scale}
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> RunState:
-        """Back out of a checkpoint's meta; keys that older checkpoints lack take their old meaning."""
+        """Back out of a checkpoint's meta; keys that older checkpoints lack take their old meaning. Older ones
+        may also hold "lr_adapt", the multiplier of the removed --lr-adapt kl (config.REMOVED_OPTIONS): unread."""
         cpu = float(meta.get("cpu_s", 0.0))  # absent: the checkpoint predates CPU accounting
         return cls(updates=int(meta["updates"]), frames=int(meta["frames"]), episodes=int(meta["episodes"]),
                    prior_time_s=float(meta.get("time_s", 0.0)), cpu_s=cpu, prior_cpu_s=cpu,
                    cpu_s_from_start=bool(meta.get("cpu_s_from_start", False)),
-                   rollbacks=int(meta.get("rollbacks", 0)), lr_scale=float(meta.get("lr_scale", 1.0)),
-                   lr_adapt=float(meta.get("lr_adapt", 1.0)))
+                   rollbacks=int(meta.get("rollbacks", 0)), lr_scale=float(meta.get("lr_scale", 1.0)))
 
     def broadcast(self, dist) -> RunState:  # dist: ba3c.dist.Dist
         """Rank 0's state on every rank (before the clocks start)."""

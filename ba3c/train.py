@@ -9,8 +9,8 @@ import tempfile
 import traceback
 from typing import Sequence
 
-from ba3c.config import (PRESETS, Config, ConfigError, build_parser, check_world, load_json, resolve_life_loss,
-                         saved_config, sticky_actions_problem)
+from ba3c.config import (PRESETS, Config, ConfigError, build_parser, check_world, load_json, removed_behaviours,
+                         removed_message, resolve_life_loss, saved_config, sticky_actions_problem)
 
 # Options that change the network or what it is trained on: a resume may not change them.
 MODEL_DEFINING = ("env", "model")
@@ -33,6 +33,8 @@ def resolve(argv: Sequence[str] | None) -> tuple[Config, bool]:
                 data = json.load(fh)
         except (OSError, ValueError) as e:
             raise ConfigError(f"--resume: cannot read '{saved}' ({e})") from None
+        if used := removed_behaviours(data):
+            raise ConfigError(removed_message(f"--resume: {saved}", used))
         old = saved_config(data, f"--resume: {saved}",
                            f"resume it with the ba3c that made it ({made_by(resume_dir)}), or start a new run "
                            f"(deleting them from config.json would resume under this version's behaviour, which "

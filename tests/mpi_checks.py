@@ -90,23 +90,6 @@ def main() -> None:
             step.append(float(np.max(np.abs(w_ref - before))))
         out["variants"][name] = {"checksums": checksums, "max_abs_deviation_from_reference": deviation,
                                  "max_abs_update": step}
-    # --lr-adapt kl: every rank must take the same next lr from the rank-averaged policy change (its own
-    # batch's KL differs), else the weights drift apart; one in-graph and the host path where there is one
-    from ba3c.learner import adapt_lr
-    out["lr_adapt"] = {}
-    for name, kw in {"grouped": dict(allreduce="grouped"), "per-tensor": dict(allreduce="per-tensor")}.items():
-        cfg = LearnConfig(lr_adapt="kl", kl_target=1e-4, kl_samples=8, **kw)
-        learner = Learner(build_model("mlp", (4,), 2, seed=0), cfg, d, lr=LR, warmup_updates=0)
-        kls, lrs, kept, want_scale = [], [], [], 1.0
-        for _ in range(5):
-            b = batch()
-            lrs.append(learner.current_lr())
-            s = learner.train(b)
-            kls.append(s.kl_step)
-            kept.append(s.step_kept)
-            want_scale = adapt_lr(want_scale, s.kl_step, cfg.kl_target, cfg.kl_lr_max)
-        out["lr_adapt"][name] = {"kl": kls, "lr": lrs, "kept": kept, "scale": learner.lr_adapt, "want_scale": want_scale,
-                                 "checksum": learner.weights_checksum()}
     out["gathered"] = d.gather(d.rank)
     with open(os.path.join(out_dir, f"rank{d.rank}.json"), "w") as fh:
         json.dump(out, fh)

@@ -46,14 +46,6 @@ def test_gradient_exchange(backend, tmp_path):
                 assert_fp16_close(r[f"graph_avg_{name}"], name)
             else:
                 np.testing.assert_allclose(r[f"graph_avg_{name}"], want, rtol=1e-5, atol=1e-7)
-    for name, a0 in r0["lr_adapt"].items():  # --lr-adapt kl: one lr for all ranks, from the averaged KL
-        a1 = r1["lr_adapt"][name]
-        assert a0["kl"] == a1["kl"] and a0["lr"] == a1["lr"], f"lr-adapt {name}: ranks chose different lrs"
-        # the trust region shortened steps (a tiny target), by the same fraction on both ranks
-        assert a0["kept"] == a1["kept"] and min(a0["kept"]) < 1, f"lr-adapt {name}: steps shortened apart"
-        assert a0["checksum"] == a1["checksum"], f"lr-adapt {name}: weights diverged across ranks"
-        assert all(k > 0 for k in a0["kl"]) and a0["scale"] == a0["want_scale"] != 1.0
-        assert len(set(a0["lr"])) > 1, f"lr-adapt {name}: the lr never moved"
     for name in names:
         v0, v1 = r0["variants"][name], r1["variants"][name]
         assert v0["checksums"] == v1["checksums"], f"{name}: weights diverged across ranks after updates"
