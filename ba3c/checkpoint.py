@@ -2,14 +2,17 @@
 
 A checkpoint is `ckpt-<updates>.npz` (model weights then optimizer variables, as arrays
 a0, a1, ..., plus a JSON `meta` entry with counters, RNG state and config hash) next to
-`ckpt-<updates>.sha256`. The checksum file is renamed into place before the data file, so a
-data file without a matching checksum is never taken for a good one. Rotation keeps the newest K
+`ckpt-<updates>.sha256`. The data is written to a temporary file first (on a full disk that is the
+write that fails, and it leaves nothing behind); then the checksum file is renamed into place before the
+data file, so a data file without a matching checksum is never taken for a good one. Rotation, after the
+new checkpoint is whole, keeps the newest K
 `ckpt-*`; a kept checkpoint (`keep-<updates>.npz`, --keep-every-frames) is written the same way and
 never rotated, so a good state survives however long a run goes wrong. Resume takes the newest of
 both kinds.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -21,10 +24,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ba3c.files import atomic_write
+from ba3c.files import SPACE_ERRNOS, NoSpaceError, atomic_write, write_temporary
 
 _NAME = re.compile(r"ckpt-(\d{10})\.npz$")  # rotated
 _KEPT = re.compile(r"keep-(\d{10})\.npz$")  # never rotated
+_TEMPORARY = re.compile(r"(?:ckpt|keep)-\d{10}\.(?:npz|sha256)\.tmp\.(\d+)$")  # files.write_temporary's, by pid
 
 
 @dataclass
@@ -37,19 +41,64 @@ class Checkpoint:
 def save(ckpt_dir: str, updates: int, arrays: list[np.ndarray], meta: dict[str, Any], keep: int,
          kept: bool = False) -> str:
     """Write one checkpoint atomically; then delete all but the newest `keep` rotated ones. `kept`: write it
-    as keep-<updates>.npz, which rotation never deletes."""
-    os.makedirs(ckpt_dir, exist_ok=True)
+    as keep-<updates>.npz, which rotation never deletes. Raises NoSpaceError (files.py) when the disk or quota is
+    full: nothing of the new checkpoint is left then, and every older one is as it was."""
     buf = io.BytesIO()
     np.savez(buf, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **{f"a{i}": a for i, a in enumerate(arrays)})
     data = buf.getvalue()
     path = os.path.join(ckpt_dir, f"{'keep' if kept else 'ckpt'}-{updates:010d}.npz")
-    atomic_write(path[:-4] + ".sha256", hashlib.sha256(data).hexdigest().encode())
-    atomic_write(path, data)
+    sha_path = path[:-4] + ".sha256"
+    remove_stale_temporaries(ckpt_dir)
+    tmp = write_temporary(path, data)  # NoSpaceError on a full disk, with nothing left behind
+    old_sha = _read_or_none(sha_path)  # a checkpoint of this same update written before (the final one)
+    try:
+        atomic_write(sha_path, hashlib.sha256(data).hexdigest().encode())
+        os.replace(tmp, path)
+    except BaseException as e:  # no orphan checksum, and an older checkpoint of this update keeps its own
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        with contextlib.suppress(OSError):
+            if old_sha is not None and os.path.exists(path):
+                atomic_write(sha_path, old_sha)
+            elif not os.path.exists(path):
+                os.remove(sha_path)
+        if isinstance(e, OSError) and e.errno in SPACE_ERRNOS:  # named by the checkpoint and its whole size
+            raise NoSpaceError(e, path, len(data)) from e
+        raise
     for old in list_checkpoints(ckpt_dir)[:-keep]:
         for p in (old, old[:-4] + ".sha256"):
             if os.path.exists(p):
                 os.remove(p)
     return path
+
+
+def _read_or_none(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def remove_stale_temporaries(ckpt_dir: str) -> list[str]:
+    """Delete the temporary files of checkpoint writes whose process is gone (killed while writing, on this
+    host): they are never read, and on a full disk their room is what the next checkpoint needs."""
+    removed = []
+    for name in os.listdir(ckpt_dir) if os.path.isdir(ckpt_dir) else []:
+        m = _TEMPORARY.match(name)
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # its writer is alive (or another user's): not ours to touch
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(ckpt_dir, name))
+            removed.append(name)
+    return removed
 
 
 def list_checkpoints(ckpt_dir: str) -> list[str]:
