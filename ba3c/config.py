@@ -198,7 +198,7 @@ REMOVED_OPTIONS: dict[str, Any] = {"lr_adapt": "none", "kl_target": None, "kl_lr
                                    "advantage_norm": "none"}
 REMOVED_IN = "7a76fc9bcf21"
 
-# The paper's optimizer settings (authors' released code; ../shared/facts.md). The network is not
+# The paper's optimizer settings (the authors' released code, deepsense-ai/Distributed-BA3C). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},

@@ -3,7 +3,7 @@
 Three backends behind one interface:
 * `horovod`: gradients averaged inside the compiled train step, by one `hvd.allreduce` per
   gradient (each starts as soon as backprop produces its gradient) or one
-  `hvd.grouped_allreduce` after the last (both Keras-3-safe, see ../shared/facts.md);
+  `hvd.grouped_allreduce` after the last (both Keras-3-safe; DistributedGradientTape is not: Horovod #4290);
   optionally in float16 (`hvd.Compression.fp16`);
 * `mpi`: mpi4py with the uppercase buffer API: one flattened buffer averaged on the host after
   the step's backprop, or (per-tensor) each gradient handed from inside the compiled step to an
