@@ -9,7 +9,7 @@ export OMPI_MCA_mpi_yield_when_idle ?= 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install train test test-fast throughput-benchmark scaling-benchmark shaped-links time-to-score batch-scaling paper-games clean-venv
+.PHONY: install train test test-fast lint docs throughput-benchmark scaling-benchmark shaped-links time-to-score batch-scaling paper-games clean-venv
 
 install: $(STAMP)
 
@@ -28,6 +28,10 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+# docs/configuration.md from the config dataclasses (tests/test_config_doc.py fails when it is stale)
+docs: $(STAMP)
+	$(PY) -m ba3c.config_doc > docs/configuration.md
 
 throughput-benchmark: $(STAMP)
 	$(PY) -m benchmarks.throughput $(ARGS)

@@ -33,131 +33,179 @@ class ConfigError(ValueError):
     """A configuration that cannot run; the message names the option and what would be valid."""
 
 
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    return field(default=default, metadata={"help": help, **kw})
+def _f(default: Any, help: str, *, doc: str = "", experimental: bool = False, **kw: Any) -> Any:
+    """A config field: `help` is its one line in --help; `doc` the longer story, on the configuration page only
+    (ba3c.config_doc); `experimental` lists it in --help's experimental group (its benefit is not established)."""
+    return field(default=default, metadata={"help": help, "doc": doc, "experimental": experimental, **kw})
 
 
 @dataclass(frozen=True)
 class SimConfig:
     """Simulators: which game, how many emulators per rank and how they are batched."""
 
-    env: str = _f("pong", "game (pong, breakout, space_invaders, Pong, ALE/Pong-v5) or any gymnasium id (CartPole-v1)")
+    env: str = _f("pong", "game (pong, breakout, ALE/Pong-v5, ...) or a gymnasium id (CartPole-v1)", metavar="NAME",
+                  doc="Any ALE game by its ROM id (pong, breakout, space_invaders, boxing, seaquest, beam_rider, ...), "
+                      "by ALE name (Pong, ALE/Pong-v5), or any gymnasium environment with discrete actions "
+                      "(CartPole-v1). A resume may not change it.")
     num_envs: int = _f(32, "simulators per rank")
-    predict_batch: int = _f(16, "environments per predictor batch; < num_envs makes simulation asynchronous")
+    predict_batch: int = _f(16, "environments per predictor batch (below --num-envs: asynchronous simulation)",
+                            doc="Equal to --num-envs, every simulator steps together (synchronous simulation); "
+                                "smaller, the simulators are served in batches of this many as they become ready.")
     env_threads: int = _f(0, "emulator threads per rank (0: one per core available to the rank)")
-    max_episode_frames: int = _f(108_000, "episode cap in emulator frames (Atari; truncation, bootstrapped)")
-    seed: int = _f(0, "base seed; rank r seeds its simulators with seed + r, every rank builds the same model")
-    life_loss: str = _f("auto", "what a lost life means to the learner (Atari): ignore (returns run on to the game's "
-                        "end; the agent must press FIRE itself) or terminal (a lost life ends the bootstrapped "
-                        "return, and FIRE is pressed for the agent after it in games that have FIRE); episode "
-                        "statistics are per full game either way. auto: terminal for Atari games (it learned "
-                        "Breakout faster, README), ignore for games without lives; the run's config.json records "
-                        "which", choices=LIFE_LOSS_MODES)
-    decorrelate_steps: int = _f(0, "at each start (and resume) every simulator plays N steps of uniformly random "
-                                "actions, not trained on (their frames are counted), and restarts its game at a "
-                                "random one of them, so that games of a fixed length (Boxing: 1,783 steps) do not "
-                                "stay in step and fill every batch from one moment of the game; the games under way "
-                                "then are left out of the episode statistics. Atari with synchronous simulation "
-                                "(--predict-batch equal to --num-envs) only. 0: off")
-    sticky_actions: float = _f(0.0, "train with sticky actions (Atari): ALE's repeat_action_probability, the chance "
-                               "that each emulator frame repeats the previous action instead of the agent's; 0.25 as "
-                               "in the BA3C authors' gym *-v0 games (and ALE v5's default). 0: none (ours, as DQN's); "
-                               "evaluation is set apart, by --eval-sticky-actions and ba3c.evaluate --sticky-actions")
+    max_episode_frames: int = _f(108_000, "episode cap in emulator frames (Atari; a truncation, bootstrapped)")
+    seed: int = _f(0, "base seed: rank r seeds its simulators with seed + r",
+                   doc="Every rank builds the same model from it.")
+    life_loss: str = _f("auto", "what a lost life means to the learner (Atari): auto, ignore or terminal",
+                        doc="ignore: returns run on to the game's end and the agent must press FIRE itself. "
+                            "terminal: a lost life ends the bootstrapped return, and FIRE is pressed for the agent "
+                            "after it in games that have FIRE. Episode statistics are per full game either way. "
+                            "auto: terminal for Atari games (it learned Breakout faster in both seeds measured), "
+                            "ignore for environments without lives; the run's config.json records which. Runs saved "
+                            "before the option existed resume and evaluate as ignore.", choices=LIFE_LOSS_MODES)
+    decorrelate_steps: int = _f(0, "random-action steps at start that put fixed-length games out of step (0: off)",
+                                doc="At each start (and resume) every simulator plays N steps of uniformly random "
+                                    "actions, not trained on (their frames are counted), and restarts its game at a "
+                                    "random one of them, so that games of a fixed length (Boxing: 1,783 agent steps) "
+                                    "do not stay in step and fill every batch from one moment of the game; the games "
+                                    "under way then are left out of the episode statistics. Atari with synchronous "
+                                    "simulation (--predict-batch equal to --num-envs) only. Measured: one Boxing run "
+                                    "with it (lr 5e-4) lost its features and never learned, so whether it helps is "
+                                    "not settled.", experimental=True)
+    sticky_actions: float = _f(0.0, "train with ALE's repeat_action_probability P (Atari; 0: none)",
+                               doc="The chance that each emulator frame repeats the previous action instead of the "
+                                   "agent's; 0.25 as in the BA3C authors' gym *-v0 games (and ALE v5's default); 0 "
+                                   "(the default) as DQN's. Evaluation is set apart: --eval-sticky-actions and "
+                                   "ba3c.evaluate --sticky-actions. Measured once (Pong, one seed, 27.2 M frames, "
+                                   "trained with 0.25): 50 games 13.40 with sticky actions, 19.70 without.",
+                               experimental=True)
 
 
 @dataclass(frozen=True)
 class LearnConfig:
     """Network, returns and optimizer."""
 
-    model: str = _f("auto", "network: auto (nature for images, mlp for vectors), nature, paper, mlp", choices=MODELS)
+    model: str = _f("auto", "network: auto (nature for images, mlp for vectors), nature, paper, mlp",
+                    doc="paper is the BA3C authors' network, about 10x slower per sample on CPU than the Nature CNN; "
+                        "--preset paper does not change the network. A resume may not change it.", choices=MODELS)
     n_step: int = _f(5, "n-step return horizon")
     gamma: float = _f(0.99, "discount")
-    train_batch: int = _f(64, "samples per rank per update; global batch = train_batch x ranks")
-    lr: float = _f(5e-4, "Adam learning rate at the reference global batch (see lr_scaling)")
+    train_batch: int = _f(64, "samples per rank per update (global batch: train_batch x ranks)",
+                          doc="The global batch (with --rehearse-ranks: x K) may not exceed 4096, twice the paper's "
+                              "largest; beyond it Adam would need retuning not done here.")
+    lr: float = _f(5e-4, "Adam learning rate at the reference global batch (--lr-ref-batch)")
     beta1: float = _f(0.9, "Adam beta1")
     beta2: float = _f(0.999, "Adam beta2")
     adam_eps: float = _f(1e-5, "Adam epsilon")
     clip_norm: float = _f(0.5, "gradient clipping threshold (0: off)")
-    clip_mode: str = _f("global", "global: clip by global norm; avg: clip each tensor by average norm (paper)", choices=CLIP_MODES)
+    clip_mode: str = _f("global", "global: clip by global norm; avg: each tensor by its average norm (paper)",
+                        choices=CLIP_MODES)
     entropy_coef: float = _f(0.01, "entropy bonus weight")
     value_coef: float = _f(0.5, "value loss weight")
-    exchange: str = _f("sync", "sync: average gradients then apply in the same update; overlap: exchange update k while "
-                       "computing update k+1's gradients (they are one update stale), hiding the allreduce", choices=EXCHANGES)
-    allreduce: str = _f("grouped", "how a synchronous update's gradients are exchanged: grouped (one exchange after the "
-                        "last gradient: Horovod's grouped op, mpi4py's flat buffer) or per-tensor (each gradient's "
-                        "allreduce starts as soon as backprop produces it, so the dense layer's, most of the bytes, "
-                        "overlaps the convolutions' backprop; needs --inter-op-threads of 2 or more). Measured on 2 "
-                        "ranks x 1 core (README): with Horovod per-tensor saved nothing over grouped; with --dist mpi "
-                        "it is much faster than the flat buffer", choices=ALLREDUCES)
-    compression: str = _f("none", "gradients on the wire: none (float32) or fp16 (half the bytes; the average is "
-                          "rounded to float16 precision). Measured (README): with Horovod fp16 cut the exposed exchange "
-                          "by a quarter to a half; with --dist mpi it is many times slower (the float16 sum runs in numpy)",
-                          choices=COMPRESSIONS)
-    lr_scaling: str = _f("sqrt", "learning-rate rule for global batch B: none, linear (B/ref), sqrt (sqrt(B/ref))", choices=LR_SCALINGS)
-    lr_ref_batch: int = _f(64, "global batch at which lr applies unchanged")
-    warmup_updates: int = _f(100, "linear lr warm-up over this many updates when lr is scaled up")
-    lr_decay: str = _f("none", "none: the lr stays at the rule's; linear: it falls in proportion to the frames trained, "
-                       "from the rule's lr at frame 0 to 0 at --lr-decay-frames (a multiplier on top of the scaling, "
-                       "warm-up and the collapse guard's cuts; CleanRL's PPO anneals this way, the "
-                       "authors' code had a step schedule, off by default)", choices=LR_DECAYS)
-    lr_decay_frames: int = _f(0, "--lr-decay linear: the frame count at which the lr reaches 0 (0: --total-frames, "
-                              "so a resume that raises --total-frames raises the lr); it may not be below "
-                              "--total-frames, which would train at lr 0")
-    noise_scale_every: int = _f(0, "measure the gradient noise scale (McCandlish et al. 2018, B_simple = tr(Sigma) / |G|^2: "
-                                "the batch beyond which more samples per update stop saving updates) every this many "
-                                "updates, from the squared gradient norms of the rank's batch and of its sub-batches "
-                                "(a rehearsal's: one per rehearsed rank; else 4 of --train-batch / 4), for the whole loss and "
-                                "its policy term; costs one more forward and two more backward passes of the batch (in "
-                                "sub-batches) at those updates; logged in progress.csv (0: off)")
+    exchange: str = _f("sync", "sync, or overlap: exchange update k while computing k+1 (one update stale)",
+                       doc="sync averages the gradients and applies them in the same update. overlap exchanges and "
+                           "applies update k in a worker thread while update k+1's gradients are computed, hiding "
+                           "the allreduce at the cost of one update of staleness. Measured on 2 ranks x 1 core: "
+                           "overlap lost (its exchange thread competes for the rank's core).",
+                       choices=EXCHANGES, experimental=True)
+    allreduce: str = _f("grouped", "how a synchronous update's gradients are exchanged: grouped or per-tensor",
+                        doc="grouped: one exchange after the last gradient (Horovod's grouped op, mpi4py's flat "
+                            "buffer). per-tensor: each gradient's allreduce starts as soon as backprop produces it, "
+                            "the dense layer's (most of the bytes) first, so that it overlaps the convolutions' "
+                            "backprop; needs --inter-op-threads of 2 or more. Measured on 2 ranks x 1 core: with "
+                            "Horovod per-tensor saved nothing over grouped; with --dist mpi it is much faster than "
+                            "the flat buffer.", choices=ALLREDUCES, experimental=True)
+    compression: str = _f("none", "gradients on the wire: none (float32) or fp16",
+                          doc="fp16 sends half the bytes and rounds the average to float16 precision. Measured: with "
+                              "Horovod fp16 cut the exposed exchange by a quarter to a half; with --dist mpi it is "
+                              "many times slower (the float16 sum runs in numpy).",
+                          choices=COMPRESSIONS, experimental=True)
+    lr_scaling: str = _f("sqrt", "lr rule for global batch B: none, linear (B/ref), sqrt (sqrt(B/ref))",
+                         doc="ref is --lr-ref-batch; the global batch counts rehearsed ranks.", choices=LR_SCALINGS)
+    lr_ref_batch: int = _f(64, "global batch at which --lr applies unchanged")
+    warmup_updates: int = _f(100, "linear lr warm-up over this many updates when the rule raises the lr")
+    lr_decay: str = _f("none", "none, or linear: the lr falls to 0 at --lr-decay-frames",
+                       doc="linear: the lr falls in proportion to the frames trained, from the rule's lr at frame 0 "
+                           "to 0 at --lr-decay-frames, a multiplier on top of the scaling rule, the warm-up and the "
+                           "collapse guard's cuts (CleanRL's PPO anneals this way; the authors' code had a step "
+                           "schedule, off by default). Measured once (Pong, one seed): no gain over the constant lr.",
+                       choices=LR_DECAYS, experimental=True)
+    lr_decay_frames: int = _f(0, "--lr-decay linear: frame count at which the lr reaches 0 (0: --total-frames)",
+                              doc="0 means --total-frames, so a resume that raises --total-frames raises the lr. It "
+                                  "may not be below --total-frames, which would train at lr 0.", experimental=True)
+    noise_scale_every: int = _f(0, "measure the gradient noise scale every N updates, into progress.csv (0: off)",
+                                doc="A diagnostic: the simple noise scale B_simple = tr(Sigma) / |G|^2 of McCandlish "
+                                    "et al. 2018, about the batch beyond which more samples per update stop saving "
+                                    "updates, from the squared gradient norms of the rank's batch and of its "
+                                    "sub-batches (a rehearsal's: one per rehearsed rank; else 4 of --train-batch / "
+                                    "4), for the whole loss and for its policy term. Costs one more forward and two "
+                                    "more backward passes of the batch (in sub-batches) at those updates.",
+                                experimental=True)
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """Length of the run, output, threads and distribution."""
 
-    total_frames: int = _f(10_000_000, "emulator frames to train for, all ranks together (4 per agent step for Atari)")
-    run_dir: str = _f("", "run directory (default runs/<game>-<timestamp>)")
-    resume: str = _f("", "continue the run in this directory from its newest checkpoint")
-    preset: str = _f("default", "optimizer preset: default (tuned here) or paper (arXiv 1801.02852)", choices=("default", "paper"))
+    total_frames: int = _f(10_000_000, "emulator frames to train, all ranks together (Atari: 4 per agent step)")
+    run_dir: str = _f("", "run directory (default runs/<game>-<timestamp>)", metavar="DIR")
+    resume: str = _f("", "continue the run in this directory from its newest checkpoint", metavar="DIR",
+                     doc="The run's config.json is the starting point; flags given with --resume change it (except "
+                         "--env and --model), and the changes are printed and recorded in meta.json.")
+    preset: str = _f("default", "optimizer preset: default (tuned here) or paper (arXiv 1801.02852)",
+                     doc="Applied only when given on the command line, over --config and under explicit flags; the "
+                         "presets' values are listed at the top of this page.", choices=("default", "paper"))
     max_minutes: float = _f(0.0, "stop cleanly (checkpoint, exit 0) after this many minutes of training (0: no limit)")
-    hang_timeout_min: float = _f(10.0, "with 2+ ranks: abort the job if no update completes for this many minutes (a lost or stuck rank)")
+    hang_timeout_min: float = _f(10.0, "2+ ranks: abort the job when no update completes for this many minutes",
+                                 doc="A lost or stuck rank would otherwise hold the others in the allreduce for "
+                                     "ever.")
     eval_every_frames: int = _f(0, "evaluate on rank 0 every this many frames, in a background thread (0: off)")
     eval_episodes: int = _f(10, "episodes per periodic evaluation")
-    eval_policy: str = _f("paper", "periodic evaluation protocol: paper (the BA3C authors': argmax, random action "
-                          "with probability 0.001, action 1 (FIRE) at 30 identical choices in a row, episodes "
-                          "capped at 40,000 agent steps), greedy (plain argmax, capped at --max-episode-frames), "
-                          "sampled, egreedy (0.05, DQN/Gorila)", choices=("paper", "greedy", "sampled", "egreedy"))
-    eval_sticky_actions: float = _f(0.0, "periodic evaluation with sticky actions (Atari): ALE's repeat_action_probability, "
-                                    "0 <= P < 1 (0: the training environment; 0.25: the BA3C authors' gym *-v0)")
+    eval_policy: str = _f("paper", "periodic evaluation protocol: paper, greedy, sampled, egreedy",
+                          doc="paper: the BA3C authors' (argmax, a random action with probability 0.001, action 1 "
+                              "(FIRE) after 30 identical choices in a row, episodes capped at 40,000 agent steps); "
+                              "greedy: plain argmax, capped at --max-episode-frames; sampled: actions drawn from the "
+                              "policy; egreedy: random with probability 0.05 (DQN, Gorila).",
+                          choices=("paper", "greedy", "sampled", "egreedy"))
+    eval_sticky_actions: float = _f(0.0, "periodic evaluation with ALE's repeat_action_probability P (Atari)",
+                                    doc="0 <= P < 1; 0 plays the training environment, 0.25 the BA3C authors' gym "
+                                        "*-v0.")
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
-    keep_every_frames: int = _f(0, "also keep the first checkpoint past every multiple of this many frames (keep-<update>.npz); "
-                                "rotation never deletes these, so a good state always survives (0: off)")
+    keep_every_frames: int = _f(0, "also keep the first checkpoint past every multiple of this many frames (0: off)",
+                                doc="Kept as keep-<update>.npz; rotation never deletes these, so a good state always "
+                                    "survives.")
     intra_op_threads: int = _f(0, "TensorFlow intra-op threads (0: cores available to the rank)")
-    inter_op_threads: int = _f(0, "TensorFlow inter-op threads (0: 2); with 1, a per-tensor --allreduce only starts "
-                               "after backprop (its ops wait behind it for the one thread)")
+    inter_op_threads: int = _f(0, "TensorFlow inter-op threads (0: 2)",
+                               doc="With 1, a per-tensor --allreduce only starts after backprop (its ops wait behind "
+                                   "it for the one thread).")
     queue_batches: int = _f(2, "train batches buffered between simulation and learner (bounds policy lag)")
-    dist: str = _f("auto", "gradient exchange: auto (horovod if built with MPI, else mpi when launched by mpirun, else none), horovod, mpi, none", choices=DIST_BACKENDS)
+    dist: str = _f("auto", "gradient exchange backend: auto, horovod, mpi, none",
+                   doc="auto: Horovod if it was built with MPI, else mpi4py when launched by mpirun, else none. The "
+                       "choice is printed and saved in meta.json.", choices=DIST_BACKENDS)
     stats_interval_updates: int = _f(20, "updates between gathers of episode statistics from all ranks")
-    rehearse_ranks: int = _f(1, "rehearse a run on K x the ranks: each process plays K ranks' part (K x simulators, "
-                             "K x train batch per update; lr, warm-up and frame counts as that run computes them); "
-                             "1: off")
-    collapse_guard: str = _f("rollback", "when the policy collapses (its entropy falls below --guard-entropy-floor, or to "
-                             "--guard-entropy-drop of its recent level): rollback restores the weights and Adam "
-                             "state of a healthy in-memory snapshot and continues with a lower lr; warn only reports it",
-                             choices=GUARD_MODES)
-    guard_snapshot_updates: int = _f(200, "updates between the guard's in-memory snapshots, taken at healthy sync points; a "
-                                     "rollback returns to the older of the last two (one to two such spans back)")
-    guard_entropy_floor: float = _f(1e-3, "policy entropy (nats, mean over a sync interval) below which the policy has collapsed")
-    guard_entropy_drop: float = _f(0.1, "collapsed also when the entropy falls below this fraction of its median over the "
-                                   "last 10 sync intervals that were not collapsed")
-    guard_grad_jump: float = _f(5.0, "a sync interval whose largest gradient norm exceeds this multiple of its median over "
-                                "the last 10 intervals that were not collapsed is suspect: no snapshot is taken from it")
-    guard_lr_cut: float = _f(0.5, "each rollback multiplies the lr by this for the rest of the run (kept in checkpoints; "
-                             "a resume that changes the lr drops it)")
-    guard_max_rollbacks: int = _f(3, "rollbacks to one snapshot before the run gives up: it then saves that snapshot as its "
-                                  "final checkpoint and exits with status 3")
+    rehearse_ranks: int = _f(1, "each process plays K ranks' part, to rehearse a run on K x the ranks (1: off)",
+                             doc="K x simulators and K x the train batch per update; the lr, warm-up and frame "
+                                 "counts are those the real run on K x the ranks computes.")
+    collapse_guard: str = _f("rollback", "on a policy collapse: rollback (to a healthy snapshot, lower lr) or warn",
+                             doc="A collapse: the policy entropy falls below --guard-entropy-floor, or to "
+                                 "--guard-entropy-drop of its recent level. rollback restores the weights and Adam "
+                                 "state of a healthy in-memory snapshot and goes on with a lower lr; warn only "
+                                 "reports it.", choices=GUARD_MODES)
+    guard_snapshot_updates: int = _f(200, "updates between the guard's in-memory snapshots",
+                                     doc="Taken at healthy sync points; a rollback returns to the older of the last "
+                                         "two (one to two such spans back).")
+    guard_entropy_floor: float = _f(1e-3, "policy entropy (nats) below which the policy has collapsed",
+                                    doc="The mean over a sync interval.")
+    guard_entropy_drop: float = _f(0.1, "collapsed also below this fraction of the recent median entropy",
+                                   doc="The median over the last 10 sync intervals that were not collapsed.")
+    guard_grad_jump: float = _f(5.0, "largest-gradient-norm jump (x recent median) that makes an interval suspect",
+                                doc="The median over the last 10 intervals that were not collapsed; no snapshot is "
+                                    "taken from a suspect interval.")
+    guard_lr_cut: float = _f(0.5, "lr multiplier after each rollback, for the rest of the run",
+                             doc="Kept in checkpoints; a resume that changes the lr drops it.")
+    guard_max_rollbacks: int = _f(3, "rollbacks to one snapshot before the run gives up (exit status 3)",
+                                  doc="The run then saves that snapshot as its final checkpoint.")
 
 
 @dataclass(frozen=True)
@@ -369,16 +417,27 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see --help)")
 
 
+EXPERIMENTAL_GROUP = ("experimental", "Opt-in options whose benefit the measurements here did not establish, and "
+                      "diagnostics; docs/configuration.md says what was measured.")
+_METAVARS = {int: "N", float: "X", str: "TEXT"}
+
+
 def build_parser(prog: str = "python -m ba3c.train") -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="Distributed Batch A3C (BA3C) trainer.",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--config", default="", help="JSON config file (as saved in a run directory); flags override it")
+    """The CLI: one option per config field, in its dataclass's group, or in the experimental group when the
+    field says so (the saved JSON keeps the dataclass groups either way)."""
+    p = _Parser(prog=prog, description="Distributed Batch A3C (BA3C) trainer. Every option with its longer "
+                "explanation: docs/configuration.md.")
+    p.add_argument("--config", default="", metavar="FILE",
+                   help="JSON config file (as saved in a run directory); flags override it")
+    groups = {gname: p.add_argument_group(gname, cls.__doc__) for gname, cls in _GROUPS.items()}
+    experimental = p.add_argument_group(*EXPERIMENTAL_GROUP)
     for gname, cls in _GROUPS.items():
-        grp = p.add_argument_group(gname, cls.__doc__)
         for f in fields(cls):
+            grp = experimental if f.metadata.get("experimental") else groups[gname]
             grp.add_argument(_flag(f.name), dest=f.name, type=field_type(f), default=argparse.SUPPRESS,
-                             choices=f.metadata.get("choices"),
-                             help=f"{f.metadata['help']} (default: {f.default!r})")
+                             choices=f.metadata.get("choices"), help=f"{f.metadata['help']} (default: {f.default!r})",
+                             metavar=None if f.metadata.get("choices") else
+                             f.metadata.get("metavar", _METAVARS[field_type(f)]))
     return p
 
 
