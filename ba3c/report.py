@@ -38,11 +38,18 @@ def fmt_duration(s: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+def timer_table(sim_s: dict[str, float], learn_s: dict[str, float], wall: float) -> list[str]:
+    """The stage-time table's lines: each thread's stages by time spent, the name column as wide as the longest."""
+    rows = [(f"{thread}: {k}", v) for thread, d in (("simulation thread", sim_s), ("learner thread", learn_s))
+            for k, v in sorted(d.items(), key=lambda kv: -kv[1])]
+    width = max([len("stage (rank 0)") - 2] + [len(name) for name, _ in rows]) + 2
+    lines = [f"{'stage (rank 0)':<{width + 2}}{'seconds':>10}{'% of wall':>11}"]
+    lines += [f"  {name:<{width}}{v:>10.1f}{100 * v / max(wall, 1e-9):>10.1f}%" for name, v in rows]
+    return lines
+
+
 def print_timers(sim_s: dict[str, float], learn_s: dict[str, float], wall: float) -> None:
-    print(f"{'stage (rank 0)':<28}{'seconds':>10}{'% of wall':>11}")
-    for thread, d in (("simulation thread", sim_s), ("learner thread", learn_s)):
-        for k, v in sorted(d.items(), key=lambda kv: -kv[1]):
-            print(f"  {thread + ': ' + k:<26}{v:>10.1f}{100 * v / max(wall, 1e-9):>10.1f}%")
+    print("\n".join(timer_table(sim_s, learn_s, wall)))
 
 
 class Reporter:

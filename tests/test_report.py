@@ -10,7 +10,7 @@ import pytest
 from ba3c.config import Config, RunConfig
 from ba3c.guard import HEALTHY, IntervalStats
 from ba3c.learner import StepStats
-from ba3c.report import Reporter
+from ba3c.report import Reporter, timer_table
 from ba3c.state import RunState
 
 META = {"env": {"kind": "atari", "name": "boxing"}, "model": "nature", "num_params": 1, "ranks": 1,
@@ -60,3 +60,21 @@ def test_a_forced_first_row_is_still_written(run, tmp_path, capsys):
     reporter.sync(state, [], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4, state.t_start + 2.0,
                   force=True)
     assert "1,280 fps" in capsys.readouterr().out
+
+
+def test_stage_table_columns_line_up_for_any_stage_name():
+    """The end-of-run table: seconds and shares in fixed columns whatever the stage names' lengths
+    (`simulation thread: queue_put_wait` once pushed its row's numbers out of line)."""
+    sim = {"env": 100.0, "queue_put_wait": 3.25, "a_much_longer_stage_name_than_any_today": 1.0}
+    learn = {"allreduce": 1234.5, "train": 50.0}
+    header, *rows = timer_table(sim, learn, wall=2000.0)
+    assert header.startswith("stage (rank 0)") and header.endswith("seconds  % of wall")
+    name_end = len(header) - len("   seconds  % of wall")  # the name column's width
+    for row in rows:  # each row: a name, then the two right-aligned numbers exactly under their headings
+        assert len(row) == len(header), "\n".join([header, *rows])
+        assert row[name_end - 1] == " " and float(row[name_end:name_end + 10]) >= 0
+        assert row[name_end + 10:].endswith("%") and float(row[name_end + 10:-1]) >= 0
+    assert [r.split(":")[0].strip() for r in rows] == ["simulation thread"] * 3 + ["learner thread"] * 2
+    put_wait = next(r for r in rows if "queue_put_wait" in r)
+    assert put_wait.split()[-2:] == ["3.2", "0.2%"]
+    assert timer_table({}, {}, 1.0)[0].startswith("stage (rank 0)")  # no stages: the header alone
