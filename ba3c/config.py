@@ -172,6 +172,12 @@ class RunConfig:
     log_interval_s: float = _f(5.0, "seconds between progress lines")
     checkpoint_interval_min: float = _f(10.0, "minutes between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _f(3, "checkpoints kept")
+    checkpoint_max_failures: int = _f(3, "checkpoints in a row a full disk may refuse before the run stops (exit 74)",
+                                      doc="A checkpoint that cannot be written (no space, quota, I/O error) leaves no "
+                                          "file behind and the older checkpoints as they were; training goes on and "
+                                          "the next --checkpoint-interval-min tries again. After this many failures in "
+                                          "a row the run stops with exit status 74 and names what to free; --resume "
+                                          "continues from the newest checkpoint.")
     keep_every_frames: int = _f(0, "also keep the first checkpoint past every multiple of this many frames (0: off)",
                                 doc="Kept as keep-<update>.npz; rotation never deletes these, so a good state always "
                                     "survives.")
@@ -235,7 +241,7 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
                                              "noise_scale_every": 0,
                                              "decorrelate_steps": 0, "lr_decay": "none", "lr_decay_frames": 0,
-                                             "sticky_actions": 0.0}
+                                             "sticky_actions": 0.0, "checkpoint_max_failures": 3}
 
 # Options removed because their experiments measured no gain (the README's batch-scaling results; the code is
 # in git history: REMOVED_IN names the last commit that has it). A saved config may still hold them. The value
@@ -300,6 +306,7 @@ def validate(cfg: Config) -> None:
                     n_step=l.n_step, train_batch=l.train_batch, lr=l.lr, lr_ref_batch=l.lr_ref_batch,
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
                     checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min, keep_checkpoints=r.keep_checkpoints,
+                    checkpoint_max_failures=r.checkpoint_max_failures,
                     queue_batches=r.queue_batches, eval_episodes=r.eval_episodes, stats_interval_updates=r.stats_interval_updates,
                     adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks,
                     guard_snapshot_updates=r.guard_snapshot_updates, guard_grad_jump=r.guard_grad_jump,

@@ -18,6 +18,10 @@ from typing import Any
 # What a write that ran out of room fails with: no space (ENOSPC), over quota (EDQUOT), or the device refused
 # it (EIO: also what NFS and some FUSE mounts return when their back end is full).
 SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+# The trainer's exit status when it stops because checkpoints cannot be written (sysexits.h EX_IOERR): after
+# --checkpoint-max-failures failed checkpoints in a row, or when the final one fails; ba3c.evaluate's when its
+# result cannot be written. Free the space the message names, then --resume.
+EXIT_NO_SPACE = 74
 
 
 def free_bytes(path: str) -> int | None:

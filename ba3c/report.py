@@ -16,8 +16,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ba3c import checkpoint as ckpt
 from ba3c.config import Config, save_json
 from ba3c.evaluation import protocol_line
+from ba3c.files import EXIT_NO_SPACE, NoSpaceError, free_bytes, fmt_bytes
 from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, HEALTHY, SUSPECT, IntervalStats, Plan
 from ba3c.learner import StepStats, noise_scale
 from ba3c.model import FeatureHealth
@@ -36,6 +38,10 @@ def fmt_duration(s: float) -> str:
         return "?"
     s = int(s)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def no_space_dir(run_dir: str) -> str:
+    return f"{fmt_bytes(free_bytes(run_dir))} free in {run_dir}"
 
 
 def timer_table(sim_s: dict[str, float], learn_s: dict[str, float], wall: float) -> list[str]:
@@ -181,6 +187,15 @@ class Reporter:
     def checkpoint_written(self, path: str) -> None:
         print(f"ba3c: checkpoint {path}", flush=True)
 
+    def checkpoint_failed(self, e: NoSpaceError, updates: int, failures: int) -> None:
+        """A checkpoint the disk had no room for (nothing of it is left; the older ones are intact): one line."""
+        limit = self.run_cfg.checkpoint_max_failures
+        then = (f"the run stops at the next sync point ({failures} of {limit} failures in a row)" if failures >= limit
+                else f"tried again at the next checkpoint interval ({failures} of {limit} failures in a row before "
+                     f"the run stops)")
+        print(f"ba3c: warning: checkpoint at update {updates:,}, {e.describe()}; the older checkpoints are kept; "
+              f"{then}", file=sys.stderr, flush=True)
+
     def evaluation(self, result: dict[str, Any], frames: int, updates: int, time_s: float) -> None:
         """A periodic evaluation's result (called from the evaluation thread): a row of eval.csv (its protocol's
         name, cap and truncated episodes), eval/* scalars, the protocol's full record in eval-protocol.json, a line."""
@@ -195,19 +210,46 @@ class Reporter:
                               else sum(result["anti_stuck_replaced"]),
                               "sticky_actions": "" if proto.get("sticky_actions") is None else proto["sticky_actions"]},
                              frames)
-        self.writer.write_json(EVAL_PROTOCOL_FILE, proto)
+        try:
+            self.writer.write_json(EVAL_PROTOCOL_FILE, proto)
+        except NoSpaceError as e:
+            self.writer.warn(EVAL_PROTOCOL_FILE, e, "it keeps the record of an earlier evaluation (eval.csv has this one)")
         print(f"ba3c: eval at {frames:,} frames: score {sc['mean']:.2f} +- {sc['std']:.2f} over {result['episodes']} "
               f"episodes ({result['truncated_episodes']} cut at the cap); {protocol_line(proto)}", flush=True)
 
     def finish(self, state: RunState, status: int, stopped_early: bool, sim_s: dict[str, float],
-               learn_s: dict[str, float]) -> None:
-        """After the final checkpoint: close the logs, draw the curve, complete meta.json, say how it ended."""
-        self.writer.close()
-        curve = plot_curve(self.run_dir)
+               learn_s: dict[str, float], no_space: NoSpaceError | None = None, final_written: bool = True) -> None:
+        """After the final checkpoint: close the logs, draw the curve, complete meta.json, say how it ended.
+        no_space: with status EXIT_NO_SPACE, the last checkpoint that found no room; final_written: whether the final
+        checkpoint was written all the same (room was freed meanwhile)."""
+        missing = self.writer.close()  # on a full disk these fail too: named in the last line, not one line each
+        curve = None
+        try:
+            curve = plot_curve(self.run_dir)
+        except NoSpaceError:
+            missing.append("learning_curve.png")
         self.meta.update(end=now_iso(), final_update=state.updates, final_frames=state.frames, exit_status=status,
                          stage_seconds_rank0={**sim_s, **learn_s}, rollbacks=state.rollbacks, lr_scale=state.lr_scale)
-        self.writer.write_json("meta.json", self.meta)
+        try:
+            self.writer.write_json("meta.json", self.meta)
+        except NoSpaceError:
+            missing.append("meta.json")
         print_timers(sim_s, learn_s, time.time() - state.t_start)
+        left = f"; not updated for want of room: {', '.join(missing)}" if missing else ""
+        if status == EXIT_NO_SPACE:
+            assert no_space is not None
+            newest = ckpt.list_all(os.path.join(self.run_dir, "checkpoints"))
+            start = (f"from its newest checkpoint, {os.path.basename(newest[-1])}" if newest else
+                     "from the beginning (no checkpoint was written)")
+            if not final_written and newest:
+                start += ", and trains the updates after it again"
+            print(f"ba3c: error: stopped at update {state.updates:,}: checkpoint {no_space.describe()}; "
+                  f"{no_space.to_free()}, then --resume {self.run_dir} (it continues {start}); exit status "
+                  f"{EXIT_NO_SPACE}{left}", file=sys.stderr, flush=True)
+            return
+        if missing:
+            print(f"ba3c: warning: {', '.join(missing)} not updated for want of room ({no_space_dir(self.run_dir)})",
+                  file=sys.stderr, flush=True)
         if status == EXIT_COLLAPSED:
             print(f"ba3c: stopped at update {state.updates:,}: the policy kept collapsing (see above); the final "
                   f"checkpoint holds the snapshot it was rolled back to", flush=True)

@@ -3,18 +3,22 @@ collapse guard's actions), TensorBoard events, the learning-curve PNG. Checkpoin
 `checkpoints/`."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
+import errno
 import io
 import json
 import os
 import platform
 import socket
 import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
-from ba3c.files import atomic_write, write_json
+from ba3c.files import SPACE_ERRNOS, NoSpaceError, append_text, atomic_write, write_json
 
 # policy: the evaluation protocol's name (ba3c.evaluation.PROTOCOLS); its full record is in EVAL_PROTOCOL_FILE.
 # max_episode_steps: its episode cap (empty: gymnasium's own limit); truncated_episodes: episodes cut there;
@@ -102,75 +106,188 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+class CsvLog:
+    """A CSV file that rows are appended to, each write whole or not at all (files.append_text). Rows a full disk
+    refused wait here and go out with the next row, so the file never holds half a row and loses none."""
+
+    def __init__(self, path: str, fields: list[str], fsync: bool = False, upgrade: bool = False) -> None:
+        self.path, self.fields, self.fsync, self.upgrade = path, fields, fsync, upgrade
+        self.waiting: list[str] = []  # formatted rows not yet written
+
+    def _text(self, rows: list[dict[str, Any]], header: bool = False) -> str:
+        out = io.StringIO(newline="")
+        w = csv.DictWriter(out, fieldnames=self.fields, extrasaction="ignore")
+        if header:
+            w.writeheader()
+        w.writerows(rows)
+        return out.getvalue()
+
+    def append(self, row: dict[str, Any] | None) -> None:
+        """Append `row` (None: only the header of a new file, and the rows that wait); NoSpaceError when the
+        disk is full: the row then waits for the next call."""
+        if row is not None:
+            self.waiting.append(self._text([row]))
+        new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
+        if not new and self.upgrade:
+            _upgrade_header(self.path, self.fields)
+        append_text(self.path, (self._text([], header=True) if new else "") + "".join(self.waiting), self.fsync)
+        self.waiting.clear()
+
+
 class RunWriter:
-    """Everything rank 0 writes during a run goes through here."""
+    """Everything rank 0 writes during a run goes through here.
+
+    A write that finds the disk or quota full (files.NoSpaceError) never ends the run from here: it leaves no
+    partial file, its CSV rows wait for the next write, TensorBoard's events file is cut back to its last whole
+    event and reopened at the next write, and a one-line warning names the directory, the bytes needed and
+    free (at most one a minute per file while the failures go on). The checkpoints, which decide whether the run
+    goes on, are the runner's.
+    """
+
+    WARN_EVERY_S = 60.0
 
     def __init__(self, run_dir: str, resume_updates: int | None) -> None:
         import tensorflow as tf
 
         self.run_dir = run_dir
         os.makedirs(run_dir, exist_ok=True)
-        self.csv_path = os.path.join(run_dir, "progress.csv")
-        self.events_path = os.path.join(run_dir, "events.csv")
+        self.progress = CsvLog(os.path.join(run_dir, "progress.csv"), PROGRESS_FIELDS)
+        self.events = CsvLog(os.path.join(run_dir, "events.csv"), EVENT_FIELDS, fsync=True)
+        self.evals = CsvLog(os.path.join(run_dir, "eval.csv"), EVAL_FIELDS, upgrade=True)
         if resume_updates is not None:
-            for path, fields in ((self.csv_path, PROGRESS_FIELDS), (self.events_path, EVENT_FIELDS)):
-                if os.path.exists(path):
-                    _truncate_csv(path, fields, resume_updates)
-        new = not os.path.exists(self.csv_path)
-        self._csv = open(self.csv_path, "a", newline="")
-        self._writer = csv.DictWriter(self._csv, fieldnames=PROGRESS_FIELDS, extrasaction="ignore")
-        if new:
-            self._writer.writeheader()
-        self._tb = tf.summary.create_file_writer(os.path.join(run_dir, "tb"))
+            for log in (self.progress, self.events):
+                if os.path.exists(log.path):
+                    _truncate_csv(log.path, log.fields, resume_updates)
+        self.progress.append(None)  # the header of a new file (a full disk at the start ends the start)
         self._tf = tf
+        self._tb_dir = os.path.join(run_dir, "tb")
+        self._tb: Any = None  # tf.summary writer; None until the next write opens one
+        self._tb_before: set[str] = set()  # the files in tb/ before it was opened
+        self._tb_file: str | None = None  # the events file it writes, and its size after the last whole write
+        self._tb_good = 0
+        self._tb_last = 0  # bytes the last successful TensorBoard write took (what the next one needs)
+        self._warned: dict[str, float] = {}
         self._lock = threading.Lock()  # the evaluation thread writes too
+
+    def warn(self, what: str, e: NoSpaceError, then: str) -> None:
+        """One warning line about a write that found no room (at most one a minute for `what`)."""
+        now = time.monotonic()
+        if now - self._warned.get(what, -self.WARN_EVERY_S) >= self.WARN_EVERY_S:
+            self._warned[what] = now
+            print(f"ba3c: warning: {e.describe()}; {then}", file=sys.stderr, flush=True)
 
     def write_json(self, name: str, data: dict[str, Any]) -> None:
         write_json(os.path.join(self.run_dir, name), data)
 
+    def _append(self, log: CsvLog, row: dict[str, Any]) -> None:
+        try:
+            log.append(row)
+        except NoSpaceError as e:
+            self.warn(log.path, e, f"{len(log.waiting)} row(s) wait in memory and are written with the next one")
+
     def log(self, row: dict[str, Any], scalars: dict[str, float], step: int) -> None:
         with self._lock:
-            self._writer.writerow(row)
-            self._csv.flush()
+            self._append(self.progress, row)
             self._scalars(scalars, step)
 
     def _scalars(self, scalars: dict[str, float], step: int) -> None:
-        with self._tb.as_default(step=step):
-            for k, v in scalars.items():
-                self._tf.summary.scalar(k, v)
+        """TensorBoard scalars, flushed at once so that a full disk shows here; a failed write is cut back off."""
+        tf = self._tf
+        try:
+            if self._tb is None:
+                self._tb_before = set(os.listdir(self._tb_dir)) if os.path.isdir(self._tb_dir) else set()
+                self._tb = tf.summary.create_file_writer(self._tb_dir)
+                self._tb.flush()
+                new = sorted(set(os.listdir(self._tb_dir)) - self._tb_before)
+                self._tb_file = os.path.join(self._tb_dir, new[-1]) if new else None
+                self._tb_good = os.path.getsize(self._tb_file) if self._tb_file else 0
+            with self._tb.as_default(step=step):
+                for k, v in scalars.items():
+                    tf.summary.scalar(k, v)
+            self._tb.flush()
+            if self._tb_file is not None:
+                size = os.path.getsize(self._tb_file)
+                self._tb_last, self._tb_good = max(size - self._tb_good, 1), size
+        except (tf.errors.OpError, OSError) as e:
+            if not _is_space_error(e):
+                raise
+            self._drop_tb()
+            err = NoSpaceError(OSError(_space_errno(e), os.strerror(_space_errno(e))),
+                               self._tb_file or os.path.join(self._tb_dir, "events.out.tfevents"),
+                               self._tb_last or 64 * len(scalars))
+            self.warn("tb", e=err, then="TensorBoard misses these scalars (progress.csv keeps them); its events "
+                                         "file is cut back to its last whole event and reopened at the next write")
+
+    def _drop_tb(self) -> None:
+        """After a failed TensorBoard write: close the writer and cut its events file back to the last whole write
+        (remove it if it never held one), so no torn event is left; the next write opens a new file."""
+        with contextlib.suppress(Exception):  # its close tries the failed flush again
+            self._tb.close()
+        self._tb = None
+        if self._tb_file is not None:
+            with contextlib.suppress(OSError):
+                if self._tb_good:
+                    os.truncate(self._tb_file, self._tb_good)
+                else:
+                    os.remove(self._tb_file)
+        else:  # it failed as it opened: the files it created hold no whole write
+            for name in set(os.listdir(self._tb_dir)) - self._tb_before if os.path.isdir(self._tb_dir) else ():
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self._tb_dir, name))
+        self._tb_file, self._tb_good = None, 0
 
     def log_eval(self, row: dict[str, Any], step: int) -> None:
         """One periodic evaluation: a row of eval.csv and eval/* scalars in TensorBoard."""
-        path = os.path.join(self.run_dir, "eval.csv")
         with self._lock:
-            new = not os.path.exists(path)
-            if not new:
-                _upgrade_header(path, EVAL_FIELDS)
-            with open(path, "a", newline="") as fh:
-                w = csv.DictWriter(fh, fieldnames=EVAL_FIELDS, extrasaction="ignore")
-                if new:
-                    w.writeheader()
-                w.writerow(row)
+            self._append(self.evals, row)
             self._scalars({f"eval/{k}": float(row[k]) for k in ("score_mean", "score_std", "score_median",
                                                                 "score_min", "score_max")}, step)
 
     def log_event(self, row: dict[str, Any]) -> None:
         """One collapse-guard action: a row of events.csv, written at once (a crash right after keeps it)."""
         with self._lock:
-            new = not os.path.exists(self.events_path)
-            with open(self.events_path, "a", newline="") as fh:
-                w = csv.DictWriter(fh, fieldnames=EVENT_FIELDS, extrasaction="ignore")
-                if new:
-                    w.writeheader()
-                w.writerow(row)
-                fh.flush()
-                os.fsync(fh.fileno())
+            self._append(self.events, row)
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Write the rows still waiting (one last try) and close TensorBoard; returns the files left incomplete."""
+        missing = []
         with self._lock:
-            self._csv.close()
-        self._tb.flush()
-        self._tb.close()
+            for log in (self.progress, self.events, self.evals):
+                if log.waiting:
+                    try:
+                        log.append(None)
+                    except NoSpaceError:
+                        missing.append(f"{os.path.basename(log.path)} ({len(log.waiting)} rows)")
+            if self._tb is not None:
+                try:
+                    self._tb.flush()
+                    self._tb.close()
+                except self._tf.errors.OpError as e:
+                    if not _is_space_error(e):
+                        raise
+                    self._drop_tb()
+                    missing.append("TensorBoard")
+        return missing
+
+
+def _space_errno(e: BaseException) -> int:
+    """The errno of a failed write: an OSError's own; TensorFlow's errors carry only the message."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return e.errno
+    text = str(e).lower()
+    if "quota" in text:
+        return errno.EDQUOT
+    if "input/output error" in text:
+        return errno.EIO
+    return errno.ENOSPC
+
+
+def _is_space_error(e: BaseException) -> bool:
+    """A write that failed for want of room: SPACE_ERRNOS, or TensorFlow's words for them."""
+    if isinstance(e, OSError):
+        return e.errno in SPACE_ERRNOS
+    text = str(e).lower()
+    return any(w in text for w in ("no space left", "quota exceeded", "input/output error"))
 
 
 def _upgrade_header(path: str, fields: list[str]) -> None:
@@ -211,6 +328,8 @@ def plot_curve(run_dir: str) -> str | None:
     """progress.csv -> learning_curve.png (return against frames and against wall-clock time), with the
     periodic evaluations of eval.csv and the collapse guard's actions of events.csv where there are any."""
     path = os.path.join(run_dir, "progress.csv")
+    if not os.path.exists(path):  # its header could not be written (a full disk)
+        return None
     with open(path, newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r.get("return_mean")]
     if not rows:
@@ -251,6 +370,8 @@ def plot_curve(run_dir: str) -> str | None:
     fig.suptitle(os.path.basename(os.path.abspath(run_dir)))
     fig.tight_layout()
     out = os.path.join(run_dir, "learning_curve.png")
-    fig.savefig(out, dpi=90)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=90)
     plt.close(fig)
+    atomic_write(out, png.getvalue())  # never a torn image on a full disk
     return out

@@ -24,6 +24,7 @@ from ba3c.config import (IMPLIED_BY_OLDER_CONFIGS, Config, data_ranks, global_ba
 from ba3c.dist import Dist
 from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
+from ba3c.files import EXIT_NO_SPACE, NoSpaceError
 from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, Guard, IntervalRecorder, Plan, policy_entropy
 from ba3c.learner import Learner, StepStats
 from ba3c.model import PROBE_OBS, HealthProbe, build_model, resolve_model_kind
@@ -91,6 +92,8 @@ class Trainer:
         self.probe: HealthProbe | None = None  # rank 0's feature-health probe, from its first train batch
         self.unsampled_steps = 0  # this rank's, since the last sync point (TrainBatch.unsampled_steps)
         self.last_checkpoint_t = 0.0
+        self.failed_checkpoints = 0  # rank 0: checkpoints in a row the disk had no room for
+        self.no_space: NoSpaceError | None = None  # rank 0: the last such failure
         k = cfg.run.keep_every_frames  # the next multiple of it past which a kept checkpoint is due
         self.next_keep = (self.state.frames // k + 1) * k if k else 0
 
@@ -238,7 +241,9 @@ class Trainer:
         gathered = self.dist.gather(mine)
         plan = self._guard(gathered)  # None on ranks > 0 when the guard only warns
         timed_out = r.max_minutes > 0 and time.time() - self.state.t_start > r.max_minutes * 60
-        stop = self.dist.any_true(self.flag.received is not None or timed_out)
+        # rank 0 stops the run after --checkpoint-max-failures checkpoints in a row found no room
+        out_of_space = self.failed_checkpoints >= r.checkpoint_max_failures
+        stop = self.dist.any_true(self.flag.received is not None or timed_out or out_of_space)
         if self.report is not None:
             assert gathered is not None and plan is not None
             self._sync_root(gathered, stop, plan)
@@ -246,6 +251,10 @@ class Trainer:
             return EXIT_COLLAPSED
         if not stop:
             return None
+        if self.dist.size > 1:  # every rank exits with rank 0's reason (all of them are here: they agreed to stop)
+            out_of_space = self.dist.broadcast_obj(out_of_space)
+        if out_of_space:
+            return EXIT_NO_SPACE
         return 0 if (timed_out and self.flag.received is None) else EXIT_SIGNALLED
 
     def _guard(self, gathered: list[RankStats] | None) -> Plan | None:
@@ -304,11 +313,12 @@ class Trainer:
         # Never over a good checkpoint with a collapsed state: a checkpoint due now waits for an interval that
         # is not collapsed (after a rollback the restored state is written at the next one).
         keep_due = bool(r.keep_every_frames) and self.state.frames >= self.next_keep
-        due = keep_due or now - self.last_checkpoint_t >= r.checkpoint_interval_min * 60
+        # after a failed checkpoint the next try waits for the interval, a kept one too (a full disk stays full)
+        due = (keep_due and not self.failed_checkpoints) or now - self.last_checkpoint_t >= r.checkpoint_interval_min * 60
         if due and not stop and plan.verdict.state != COLLAPSED:
-            self._save_checkpoint(kept=keep_due)
+            written = self._save_checkpoint(kept=keep_due)
             self.last_checkpoint_t = now
-            if keep_due:
+            if keep_due and written:
                 self.next_keep = (self.state.frames // r.keep_every_frames + 1) * r.keep_every_frames
 
     def _evaluate(self, model, updates: int, cancel: threading.Event) -> dict[str, Any]:
@@ -320,15 +330,26 @@ class Trainer:
                               fire_after_life_loss=self.cfg.sim.life_loss == "terminal",
                               sticky_actions=r.eval_sticky_actions, cancel=cancel)
 
-    def _save_checkpoint(self, kept: bool = False) -> None:
+    def _save_checkpoint(self, kept: bool = False, final: bool = False) -> bool:
+        """Rank 0. False when the disk or quota had no room (self.no_space says why; nothing of it is left, the
+        older checkpoints are intact): a line, unless `final` (the run's last line names it then)."""
         assert self.report is not None
         meta = {**self.state.to_meta(), "world_size": self.dist.size, "rehearse_ranks": self.cfg.run.rehearse_ranks,
                 "config": self.cfg.to_dict(),
                 "rng": {"seed": self.cfg.sim.seed}, "model": self.model_kind, "num_actions": self.sim.num_actions,
                 "obs_shape": list(self.sim.obs_shape)}
-        path = ckpt.save(self.ckpt_dir, self.state.updates, self.learner.state_arrays(), meta,
-                         self.cfg.run.keep_checkpoints, kept=kept)
+        try:
+            path = ckpt.save(self.ckpt_dir, self.state.updates, self.learner.state_arrays(), meta,
+                             self.cfg.run.keep_checkpoints, kept=kept)
+        except NoSpaceError as e:
+            self.no_space = e
+            self.failed_checkpoints += 1
+            if not final:
+                self.report.checkpoint_failed(e, self.state.updates, self.failed_checkpoints)
+            return False
+        self.failed_checkpoints = 0
         self.report.checkpoint_written(path)
+        return True
 
     # ---- the end
     def _stop_threads(self) -> None:
@@ -342,14 +363,20 @@ class Trainer:
 
     def _finish(self, status: int | None) -> int:
         """Rank 0 writes the final checkpoint and the run's last words while every other rank waits."""
-        if self.report is not None:
-            self._save_checkpoint()  # first: a stop signal's grace period must not be spent on evaluation games
+        final_written = True
+        if self.report is not None:  # first: a stop signal's grace period must not be spent on evaluation games
+            final_written = self._save_checkpoint(final=True)
+            if not final_written:
+                status = EXIT_NO_SPACE  # the disk had no room for it: the run's last line says what to free
         if self.evaluator is not None:
             # At the end of training the last evaluation is waited for and logged; a stopped run gives it up.
             self.evaluator.finish(wait=status is None)
         if self.report is not None:
             self.report.finish(self.state, status or 0, status is not None, self.sim_thread.timers.seconds,
-                               self.learn_timers.seconds)
-        # Nobody leaves before rank 0 has written: mpirun kills the whole job when one rank exits non-zero.
-        self.dist.barrier()
+                               self.learn_timers.seconds, self.no_space if status == EXIT_NO_SPACE else None,
+                               final_written)
+        # Nobody leaves before rank 0 has written: mpirun kills the whole job when one rank exits non-zero. The
+        # broadcast waits for rank 0 like a barrier, and gives every rank its exit status (a final checkpoint
+        # that found no room changes it).
+        status = self.dist.broadcast_obj(status)
         return status or 0

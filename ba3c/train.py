@@ -7,10 +7,12 @@ import os
 import sys
 import tempfile
 import traceback
-from typing import Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ba3c.config import (PRESETS, Config, ConfigError, build_parser, check_world, load_json, removed_behaviours,
                          removed_message, resolve_life_loss, saved_config, sticky_actions_problem)
+
+from ba3c.files import EXIT_NO_SPACE, NoSpaceError
 
 # Options that change the network or what it is trained on: a resume may not change them.
 MODEL_DEFINING = ("env", "model")
@@ -93,29 +95,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         flag.restore()
 
 
-def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
+class Checked(NamedTuple):
+    """A command line that passed every check made before TensorFlow is imported."""
+
+    cfg: Config
+    resume: bool
+    spec: Any  # simulators.EnvSpec
+    run_dir: str
+    backend: str
+
+
+def check_args(argv: Sequence[str] | None) -> Checked:
+    """Every check that needs no TensorFlow, in order; raises ConfigError (or simulators.UnknownEnvError) with
+    the one line to print. Imports no TensorFlow and writes nothing."""
     from ba3c import dist as dist_mod
     from ba3c.rundir import default_run_dir
-    from ba3c.simulators import UnknownEnvError, resolve_env
+    from ba3c.simulators import resolve_env
+
+    cfg, resume = resolve(argv)
+    spec = resolve_env(cfg.sim.env)
+    cfg = resolve_life_loss(cfg, spec.kind == "atari")  # config.json records what the run does
+    if cfg.sim.life_loss != "ignore" and spec.kind != "atari":
+        raise ConfigError(f"--life-loss {cfg.sim.life_loss}: {cfg.sim.env} has no lives (only Atari games do); "
+                          f"use --life-loss ignore")
+    if cfg.sim.decorrelate_steps and spec.kind != "atari":
+        raise ConfigError(f"--decorrelate-steps {cfg.sim.decorrelate_steps}: only Atari simulators restart single "
+                          f"games; {cfg.sim.env} is not an Atari game (use 0)")
+    for option, p in (("--sticky-actions", cfg.sim.sticky_actions), ("--eval-sticky-actions", cfg.run.eval_sticky_actions)):
+        if (problem := sticky_actions_problem(option, p, spec.kind, cfg.sim.env)) is not None:
+            raise ConfigError(problem)
+    check_world(cfg, dist_mod.world_size_hint())
+    _check_fits(cfg, spec)
+    run_dir = cfg.run.run_dir or default_run_dir(spec.name)
+    _check_writable(run_dir)
+    backend = dist_mod.choose_backend(cfg.run.dist)
+    return Checked(cfg, resume, spec, run_dir, backend)
+
+
+def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
+    from ba3c import dist as dist_mod
+    from ba3c.simulators import UnknownEnvError
 
     try:
-        cfg, resume = resolve(argv)
-        spec = resolve_env(cfg.sim.env)
-        cfg = resolve_life_loss(cfg, spec.kind == "atari")  # config.json records what the run does
-        if cfg.sim.life_loss != "ignore" and spec.kind != "atari":
-            raise ConfigError(f"--life-loss {cfg.sim.life_loss}: {cfg.sim.env} has no lives (only Atari games do); "
-                              f"use --life-loss ignore")
-        if cfg.sim.decorrelate_steps and spec.kind != "atari":
-            raise ConfigError(f"--decorrelate-steps {cfg.sim.decorrelate_steps}: only Atari simulators restart single "
-                              f"games; {cfg.sim.env} is not an Atari game (use 0)")
-        for option, p in (("--sticky-actions", cfg.sim.sticky_actions), ("--eval-sticky-actions", cfg.run.eval_sticky_actions)):
-            if (problem := sticky_actions_problem(option, p, spec.kind, cfg.sim.env)) is not None:
-                raise ConfigError(problem)
-        check_world(cfg, dist_mod.world_size_hint())
-        _check_fits(cfg, spec)
-        run_dir = cfg.run.run_dir or default_run_dir(spec.name)
-        _check_writable(run_dir)
-        backend = dist_mod.choose_backend(cfg.run.dist)
+        cfg, resume, spec, run_dir, backend = check_args(argv)
     except (ConfigError, UnknownEnvError) as e:
         print(f"ba3c: error: {e}", file=sys.stderr)
         return 2
@@ -133,6 +155,12 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
         if d.is_root:
             print(f"ba3c: distribution backend '{d.name}' ({d.size} rank{'s' if d.size > 1 else ''})", flush=True)
         status = train(cfg, spec, d, run_dir, resume, flag)
+    except NoSpaceError as e:  # the run directory had no room for the start (config.json, meta.json, progress.csv)
+        print(f"ba3c: error: {e.describe()}; {e.to_free()}, then start again{' with --resume ' + run_dir if resume else ''}"
+              f"; exit status {EXIT_NO_SPACE}", file=sys.stderr, flush=True)
+        if d.size == 1:
+            return EXIT_NO_SPACE
+        os._exit(EXIT_NO_SPACE)  # the other ranks may wait in a collective: end the job (as below)
     except BaseException:
         if d.size == 1:
             raise
