@@ -351,3 +351,44 @@ def project_time_to_score(points: Sequence[ProjectionPoint], measured: Sequence[
         out.append(TimeToScorePoint(p.nodes, p.global_batch, frames, how, p.frames_per_s, minutes,
                                     None if one is None else one / p.nodes))
     return out
+
+
+@dataclass(frozen=True)
+class StepFit:
+    """A learner update's time against its per-rank batch b: t(b) = overhead + per_sample x b (fitted).
+
+    `overhead_s` is what an update costs whatever its batch (framework dispatch, host round-trips,
+    Python); `per_sample_s` the compute each sample adds. `max_abs_error`: the largest
+    |fit - measured| / measured over the points it was fitted to."""
+    overhead_s: float
+    per_sample_s: float
+    points: int = 0
+    max_abs_error: float = 0.0
+
+    def seconds(self, batch: float) -> float:
+        return self.overhead_s + self.per_sample_s * batch
+
+    def to_json(self) -> dict[str, Any]:
+        return {"overhead_s": self.overhead_s, "per_sample_s": self.per_sample_s, "points": self.points,
+                "max_abs_error": self.max_abs_error, "samples_per_s_asymptotic": 1.0 / self.per_sample_s}
+
+
+def fit_step_time(points: Iterable[tuple[float, float]]) -> StepFit | None:
+    """Least squares on relative error, sum ((a + c b - t) / t)^2, over (batch, seconds) points.
+
+    Relative, not absolute: a 10 ms update measured at batch 4 counts as much as a 300 ms one at
+    256, so the fitted overhead is not swamped by the large batches' noise. Fewer than 2 distinct
+    batches, or a non-positive slope: None. A negative intercept is refitted as 0."""
+    pts = [(float(b), float(t)) for b, t in points if t > 0]
+    if len({b for b, _ in pts}) < 2:
+        return None
+    b, t = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    rows = np.stack([1.0 / t, b / t], axis=1)
+    (a, c), *_ = np.linalg.lstsq(rows, np.ones_like(t), rcond=None)
+    if a < 0:
+        x = b / t
+        a, c = 0.0, float(x.sum() / (x @ x))
+    if c <= 0:
+        return None
+    err = np.abs((a + c * b - t) / t)
+    return StepFit(float(a), float(c), len(pts), float(err.max()))

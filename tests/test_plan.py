@@ -1,0 +1,234 @@
+"""The planner (benchmarks/plan.py) and the step-time fit (benchmarks/step_time.py) on synthetic inputs.
+
+No timing: every number here is made up, and each expected value follows from the model's arithmetic.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import plan
+from benchmarks import scaling_model as sm
+from benchmarks import step_time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# updates to the score: 40,000 at B = 64, 20,000 at 256, 5,000 at 1,024 (as frames: updates x 4 x B)
+FRAMES = [sm.FramesToScore(64, 40_000 * 4 * 64, "gb64 (training return)"),
+          sm.FramesToScore(256, 20_000 * 4 * 256, "gb256 (evaluation)"),
+          sm.FramesToScore(1024, 5_000 * 4 * 1024, "gb1024 (evaluation)"),
+          sm.FramesToScore(2048, None, "gb2048: partial"),
+          sm.FramesToScore(2048, 4_000 * 4 * 2048, "noise scale along gb1024, whole loss", modelled=True)]
+MEASURED = plan.measured_updates(FRAMES)
+NET = plan.Network("test net", 1e9, 10e-6, "assumed", "assumed", "made up")
+
+
+def node(overhead: float = 0.01, per_sample: float = 1e-3, threads: int = 1, collect: float = 0.0) -> plan.NodeModel:
+    return plan.NodeModel("test", overhead, per_sample, threads, collect, "fitted", "fitted", "fitted", "made up",
+                          (4, 256))
+
+
+def settings(nodes: int = 64, cores: int = 1, beyond: str = "plateau") -> plan.Settings:
+    return plan.Settings(nodes, cores, "test", "test", beyond)
+
+
+def test_measured_updates_are_frames_over_four_b_and_leave_out_unreached_and_modelled():
+    assert [(u.global_batch, u.updates, u.label) for u in MEASURED] == [
+        (64, 40_000, "measured"), (256, 20_000, "measured"), (1024, 5_000, "measured")]
+    assert MEASURED[1].source == "gb256 (evaluation)"
+
+
+def test_updates_between_measured_batches_are_interpolated_in_log_log():
+    u = plan.updates_at(512, MEASURED)
+    assert u.label == "fitted" and "256 and 1024" in u.source
+    assert u.updates == pytest.approx(math.sqrt(20_000 * 5_000))  # halfway in log(batch): the geometric mean
+    u = plan.updates_at(128, MEASURED)
+    assert u.updates == pytest.approx(math.sqrt(40_000 * 20_000))
+
+
+def test_updates_outside_the_measured_batches_are_assumed():
+    below = plan.updates_at(32, MEASURED)
+    assert below.label == "assumed" and below.updates == pytest.approx(80_000)  # batch 64's frames at half the batch
+    above = plan.updates_at(4096, MEASURED)
+    assert above.label == "assumed" and above.updates == 5_000  # plateau: no fewer than at 1,024
+    modelled = [f for f in FRAMES if f.modelled]
+    noise = plan.updates_at(2048, MEASURED, "noise-model", modelled)
+    assert noise.label == "assumed" and noise.updates == pytest.approx(4_000) and "noise scale" in noise.source
+    # the noise model has no entry at 4,096: the plateau
+    assert plan.updates_at(4096, MEASURED, "noise-model", modelled).updates == 5_000
+    assert plan.updates_at(256, MEASURED).label == "measured"
+    with pytest.raises(ValueError):
+        plan.updates_at(256, [])
+
+
+def test_node_counts_and_global_batches():
+    assert plan.node_counts(64) == [1, 2, 4, 8, 16, 32, 64]
+    assert plan.node_counts(48) == [1, 2, 4, 8, 16, 32, 48]
+    assert plan.node_counts(1) == [1]
+    assert plan.global_batches(64, 4096) == [64, 128, 256, 512, 1024, 2048, 4096]
+    assert plan.global_batches(48, 200) == [48, 96, 192]
+
+
+def test_step_time_scales_compute_by_cores_and_keeps_the_fixed_cost():
+    n = node(overhead=0.01, per_sample=1e-3, threads=2, collect=4e-3)
+    # 1e-3 s/sample at 2 threads -> 0.25e-3 on 8 cores; collection 4e-3 per core -> 0.5e-3 on 8
+    assert n.step_s(32, 8) == pytest.approx(0.01 + 32 * 0.25e-3 + 32 * 0.5e-3)
+    assert n.step_s(1, 1000) == pytest.approx(0.01, rel=1e-2)
+
+
+def test_exchange_is_zero_on_one_node_and_follows_the_ring_model():
+    assert plan.exchange_s(1, NET, 0.002) == 0.0
+    # 2(N-1)/N x bytes / bandwidth + 2(N-1) x latency + overhead
+    assert plan.exchange_s(4, NET, 0.002, nbytes=1e6) == pytest.approx(0.002 + 1.5e6 / 1e9 + 6 * 10e-6)
+
+
+def brute_force(n: int, s: plan.Settings, nd: plan.NodeModel) -> tuple[float, int]:
+    best = None
+    for gb in plan.global_batches(n, s.max_global_batch):
+        minutes = plan.updates_at(gb, MEASURED).updates * (
+            nd.step_s(gb // n, s.cores_per_node) + plan.exchange_s(n, NET, 0.002)) / 60
+        best = min(best or (minutes, gb), (minutes, gb))
+    return best
+
+
+def test_envelope_picks_the_fastest_batch_and_its_efficiency_is_one_node_over_n_times():
+    s, nd = settings(), node()
+    rows = plan.envelope(s, nd, NET, 0.002, MEASURED)
+    assert [r.nodes for r in rows] == plan.node_counts(64)
+    for r in rows:
+        minutes, gb = brute_force(r.nodes, s, nd)
+        assert r.best.minutes == pytest.approx(minutes) and r.best.global_batch == gb
+        assert r.best.per_node_batch == gb // r.nodes
+        assert r.efficiency_vs_linear == pytest.approx(rows[0].best.minutes / (r.nodes * r.best.minutes))
+        assert r.fixed.global_batch == 32 * r.nodes and r.fixed.per_node_batch == 32
+        assert r.fixed_efficiency_vs_linear == pytest.approx(rows[0].fixed.minutes / (r.nodes * r.fixed.minutes))
+        assert r.best.minutes <= r.fixed.minutes + 1e-12  # the fixed layout is one of the choices
+    assert rows[0].efficiency_vs_linear == 1.0
+
+
+def test_a_large_fixed_cost_buys_the_batch_with_the_fewest_updates_and_none_buys_the_smallest():
+    # a fixed cost that dwarfs compute: fewest updates wins (the plateau from 1,024 on; the smallest such batch)
+    heavy = plan.envelope(settings(nodes=4), node(overhead=10.0, per_sample=1e-6), NET, 0.0, MEASURED)
+    assert [r.best.global_batch for r in heavy] == [1024, 1024, 1024]
+    # no fixed cost, no exchange: time is frames x compute; batch 64 needs the fewest frames, split evenly
+    free = plan.envelope(settings(nodes=4), node(overhead=0.0, per_sample=1e-3), plan.Network(
+        "free", float("inf"), 0.0, "assumed", "assumed", ""), 0.0, MEASURED)
+    # (below batch 64 the frames are assumed equal to 64's: those batches tie with it)
+    assert [r.best.minutes for r in free] == pytest.approx([40_000 * 64 * 1e-3 / n / 60 for n in (1, 2, 4)])
+    assert [r.efficiency_vs_linear for r in free] == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_binds_names_the_floor_or_the_updates():
+    c = plan.choice(64, 1024, plan.updates_at(1024, MEASURED), node(overhead=0.008, per_sample=1e-4), 1, 0.003)
+    floor = "time per update (fixed cost + exchange)"
+    assert plan.binds(c, 0.1, needed_step_s=0.005) == floor  # the floor (11 ms) alone is over the 5 ms allowed
+    assert plan.binds(c, 0.1, needed_step_s=0.0115) == "updates"  # floor fits; the compute on b does not
+    assert plan.binds(c, 0.6, needed_step_s=1.0) == "target met"
+    assert plan.binds(c, 0.3, needed_step_s=None) == floor  # 11 of 12.6 ms is the floor
+    big = plan.choice(1, 1024, plan.updates_at(1024, MEASURED), node(overhead=0.008, per_sample=1e-4), 1, 0.0)
+    assert plan.binds(big, 1.0, None).startswith("updates")
+
+
+def test_targets_give_the_time_per_update_they_need():
+    rows = plan.envelope(settings(), node(), NET, 0.002, MEASURED)
+    r32 = next(r for r in rows if r.nodes == 32)
+    assert r32.target == 0.5
+    assert r32.needed_step_s == pytest.approx(rows[0].best.minutes * 60 / (0.5 * 32) / r32.best.updates)
+    assert next(r for r in rows if r.nodes == 16).needed_step_s is None
+
+
+def test_fit_step_time_recovers_a_line_and_weighs_relative_error():
+    f = sm.fit_step_time([(b, 0.008 + 0.0005 * b) for b in (4, 8, 16, 32, 64, 128, 256)])
+    assert f.overhead_s == pytest.approx(0.008) and f.per_sample_s == pytest.approx(0.0005)
+    assert f.max_abs_error == pytest.approx(0.0, abs=1e-9) and f.seconds(10) == pytest.approx(0.013)
+    # a point 10% off at the largest batch moves the fit less than it would with absolute least squares
+    g = sm.fit_step_time([(4, 0.010), (8, 0.012), (16, 0.016), (256, 0.136 * 1.1)])
+    assert g.overhead_s == pytest.approx(0.008, rel=0.1)
+    # a negative intercept is refitted through the origin; fewer than 2 batches: None
+    h = sm.fit_step_time([(4, 0.002), (8, 0.005), (16, 0.011)])
+    assert h.overhead_s == 0.0 and h.per_sample_s > 0
+    assert sm.fit_step_time([(4, 0.01), (4, 0.011)]) is None
+
+
+def synthetic_runs() -> list[dict]:
+    """Two workers at 1 thread, two rounds each; every cell a + c b, one round 1.5x slower (a busy spell)."""
+    runs = []
+    for seed in (0, 1):
+        cells = []
+        for r in range(2):
+            slow = 1.5 if r == 1 else 1.0
+            for b in (1, 4, 16, 64):
+                cells.append({"round": r, "batch": b, "calls": 3, "median_s": slow * (0.006 + 0.0004 * b),
+                              "min_s": 0.0, "cpu_s_per_call": 0.006 + 0.0004 * b})
+            cells.append({"round": r, "batch": "optimizer", "calls": 3, "median_s": slow * 0.004, "min_s": 0.0,
+                          "cpu_s_per_call": 0.004})
+        runs.append({"threads": 1, "seed": seed, "load_avg_start": 1.0, "load_avg_end": 1.0, "cells": cells})
+    return runs
+
+
+def test_step_time_summary_fits_the_fastest_rounds_and_splits_each_batch():
+    s = step_time.summarise(synthetic_runs(), tiny=1)["1"]
+    fast = s["fits"]["least_disturbed"]
+    assert fast["overhead_s"] == pytest.approx(0.006) and fast["per_sample_s"] == pytest.approx(0.0004)
+    assert s["fits"]["median"]["per_sample_s"] == pytest.approx(0.0004 * 1.25)  # halfway between the two rounds
+    b16 = s["batches"]["16"]
+    assert b16["min_s"] == pytest.approx(0.0124) and b16["max_s"] == pytest.approx(1.5 * 0.0124)
+    assert b16["least_disturbed"]["compute_s"] == pytest.approx(0.0064)
+    assert b16["least_disturbed"]["exchange_s"] == 0.0
+    assert s["tiny_batch"] == 1 and s["parts"]["optimizer"]["min_s"] == pytest.approx(0.004)
+    assert len(s["fit_by_repeat"]) == 2
+
+
+def test_planner_model_check_uses_the_step_time_fits():
+    st = {"summary": step_time.summarise(synthetic_runs(), tiny=1), "machine": {"cpu": "x"}, "date": "d"}
+    checks = plan.model_check(st, here_threads=1)
+    kinds = {c["check"] for c in checks}
+    assert "fit to the least-disturbed times" in kinds and "16-core proxy fit vs its own points" in kinds
+    fast = [c for c in checks if c["check"] == "fit to the least-disturbed times"]
+    assert [c["batch"] for c in fast] == [4, 16, 64] and all(abs(c["error"]) < 1e-9 for c in fast)
+    nd = plan.node_model("here", st, (0.0, "assumed", ""), here_threads=1)
+    assert nd.overhead_s == pytest.approx(0.006) and nd.fitted_batches == (4, 16, 64)
+    with pytest.raises(LookupError):
+        plan.node_model("here", st, (0.0, "assumed", ""), here_threads=2)
+
+
+def run_plan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks.plan", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("args, names", [(["--nodes", "0"], "--nodes"), (["--nodes", "many"], "--nodes"),
+                                         (["--nodes", "5000"], "--nodes"), (["--network", "carrier-pigeon"], "--network"),
+                                         (["--cores-per-node", "0"], "--cores-per-node")])
+def test_bad_input_is_one_line_and_exit_2(args, names):
+    p = run_plan(*args, "--no-write-scaling")
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and names in lines[0] and "Traceback" not in p.stderr
+
+
+def test_planner_end_to_end_on_synthetic_files(tmp_path):
+    bs = {"points": [{"point": f"gb{b}", "global_batch": b, "state": "reached", "frames_to_target": u * 4 * b}
+                     for b, u in ((64, 40_000), (256, 20_000), (1024, 5_000))]}
+    (tmp_path / "bs.json").write_text(json.dumps(bs))
+    st = {"summary": step_time.summarise(synthetic_runs(), tiny=1), "machine": {"cpu": "x"}, "date": "d"}
+    (tmp_path / "st.json").write_text(json.dumps(st))
+    (tmp_path / "scaling.json").write_text(json.dumps({"machine": {}, "measured": []}))
+    p = run_plan("--nodes", "8", "--cores-per-node", "4", "--network", "10gbe", "--node-model", "here",
+                 "--batch-scaling", str(tmp_path / "bs.json"), "--step-time", str(tmp_path / "st.json"),
+                 "--scaling", str(tmp_path / "scaling.json"), "--out", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stderr
+    out = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert [r["nodes"] for r in out["envelope"]] == [1, 2, 4, 8]
+    assert out["envelope"][0]["efficiency_vs_linear"] == 1.0
+    assert {u["label"] for u in out["inputs"]["updates_measured"]} == {"measured"}
+    assert {c["updates_label"] for c in out["all_choices"]} <= {"measured", "fitted", "assumed"}
+    env = json.loads((tmp_path / "scaling.json").read_text())["time_to_score_envelope"]
+    assert [r["nodes"] for r in env["rows"]] == [1, 2, 4, 8] and env["modelled"] is True
+    assert all("efficiency_vs_linear" in r for r in env["rows"])
+    assert "within 15%" in p.stdout or "NOT within 15%" in p.stdout
