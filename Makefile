@@ -29,6 +29,10 @@ train: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
 
+# ruff (pyproject.toml [tool.ruff]): the linter; `ruff check --fix` mends what it can
+lint: $(STAMP)
+	$(VENV)/bin/ruff check ba3c benchmarks studies tests
+
 # docs/configuration.md from the config dataclasses (tests/test_config_doc.py fails when it is stale)
 docs: $(STAMP)
 	$(PY) -m ba3c.config_doc > docs/configuration.md

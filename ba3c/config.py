@@ -11,8 +11,9 @@ import dataclasses
 import difflib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any
 
 from ba3c.files import write_json
 
@@ -226,7 +227,7 @@ class Config:
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
 
-    def replace(self, **flat: Any) -> "Config":
+    def replace(self, **flat: Any) -> Config:
         """A copy with some flat option names (e.g. lr=1e-3) changed."""
         groups: dict[str, dict[str, Any]] = {g: {} for g in _GROUPS}
         for name, value in flat.items():

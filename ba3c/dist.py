@@ -16,7 +16,8 @@ mpi4py in both MPI backends; Horovod then shares MPI with it (mpi4py initialises
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -18,13 +18,22 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ba3c import checkpoint as ckpt
-from ba3c.evaluation import (PAPER_MAX_EPISODE_STEPS, POLICIES, STANDARD_MAX_EPISODE_FRAMES, EvalError,
-                             check_sticky_actions, checkpoint_config, evaluate_model, model_from_checkpoint,
-                             protocol_line)
+from ba3c.evaluation import (
+    PAPER_MAX_EPISODE_STEPS,
+    POLICIES,
+    STANDARD_MAX_EPISODE_FRAMES,
+    EvalError,
+    check_sticky_actions,
+    checkpoint_config,
+    evaluate_model,
+    model_from_checkpoint,
+    protocol_line,
+)
 from ba3c.files import write_json
 from ba3c.simulators import ATARI
 from ba3c.workers import cores_available, set_tensorflow_threads

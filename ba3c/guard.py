@@ -28,8 +28,8 @@ from __future__ import annotations
 import collections
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 HEADS = ("actor_critic", "q")
 
 

@@ -11,15 +11,16 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ba3c import checkpoint as ckpt
 from ba3c.config import Config, save_json
 from ba3c.evaluation import protocol_line
-from ba3c.files import EXIT_NO_SPACE, NoSpaceError, free_bytes, fmt_bytes
+from ba3c.files import EXIT_NO_SPACE, NoSpaceError, fmt_bytes, free_bytes
 from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, HEALTHY, SUSPECT, IntervalStats, Plan
 from ba3c.learner import StepStats, noise_scale
 from ba3c.model import FeatureHealth

@@ -10,7 +10,6 @@ resolution (4 used). They are estimates: the check refuses only what clearly can
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 from ba3c.config import Config, ConfigError
@@ -99,7 +98,7 @@ def _what_fits(cfg: Config, est: MemoryEstimate, per_rank: int) -> str:
         if envs >= cfg.sim.predict_batch:
             return f"use at most --num-envs {envs}"
     elif cfg.run.queue_batches > 8:
-        return f"use a small --queue-batches (default 2: it also bounds the policy lag)"
+        return "use a small --queue-batches (default 2: it also bounds the policy lag)"
     else:
         k = cfg.run.rehearse_ranks
         per_sample = est.batches / (k * cfg.learn.train_batch * (cfg.run.queue_batches + 2) + k * cfg.sim.predict_batch)

@@ -19,8 +19,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ba3c import checkpoint as ckpt
-from ba3c.config import (IMPLIED_BY_OLDER_CONFIGS, Config, data_ranks, global_batch, lr_decay_factor, noise_sub_batch,
-                         scaled_lr)
+from ba3c.config import (
+    IMPLIED_BY_OLDER_CONFIGS,
+    Config,
+    data_ranks,
+    global_batch,
+    lr_decay_factor,
+    noise_sub_batch,
+    scaled_lr,
+)
 from ba3c.dist import Dist
 from ba3c.evaluation import evaluate_model
 from ba3c.experience import Experience, TrainBatch
@@ -31,9 +38,9 @@ from ba3c.model import PROBE_OBS, HealthProbe, build_model, resolve_model_kind
 from ba3c.predictor import Predictor
 from ba3c.report import Reporter
 from ba3c.rundir import base_meta, now_iso
+from ba3c.signals import EXIT_SIGNALLED, SignalFlag
 from ba3c.simulators import EnvSpec, make_simulator
 from ba3c.state import RunState
-from ba3c.signals import EXIT_SIGNALLED, SignalFlag
 from ba3c.workers import EvalThread, SimulationThread, Timers, WatchdogThread, cores_available
 
 

@@ -7,11 +7,22 @@ import os
 import sys
 import tempfile
 import traceback
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
-from ba3c.config import (PRESETS, Config, ConfigError, build_parser, check_world, load_json, removed_behaviours,
-                         removed_message, resolve_life_loss, saved_config, sticky_actions_problem)
-
+from ba3c.config import (
+    PRESETS,
+    Config,
+    ConfigError,
+    build_parser,
+    check_world,
+    load_json,
+    removed_behaviours,
+    removed_message,
+    resolve_life_loss,
+    saved_config,
+    sticky_actions_problem,
+)
 from ba3c.files import EXIT_NO_SPACE, NoSpaceError
 
 # Options that change the network or what it is trained on: a resume may not change them.

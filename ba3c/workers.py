@@ -12,8 +12,9 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -199,7 +200,7 @@ class EvalThread(threading.Thread):
                  report: Callable[..., None]) -> None:
         super().__init__(name="EvalThread", daemon=True)
         self.model, self.evaluate, self.report = model, evaluate, report
-        self.jobs: "queue.Queue[tuple[list[np.ndarray], int, int, float] | None]" = queue.Queue(maxsize=1)
+        self.jobs: queue.Queue[tuple[list[np.ndarray], int, int, float] | None] = queue.Queue(maxsize=1)
         self.cancel = threading.Event()
 
     def submit(self, weights: list[np.ndarray], frames: int, updates: int, time_s: float) -> bool:

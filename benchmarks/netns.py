@@ -27,8 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 NAME_PREFIX = "ba3c-sl"  # namespaces: ba3c-sl<pid>-hub, ba3c-sl<pid>-n<i>
 SUBNET = "10.213.0"  # private to the namespaces: concurrent runs do not see each other's

@@ -39,11 +39,11 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
-from benchmarks import harness
-from benchmarks import scaling_model as sm
+from benchmarks import harness, scaling_model as sm
 
 FRAMES_PER_STEP = 4  # frameskip: one agent step (one sample) is 4 emulator frames
 GRADIENT_BYTES = sm.BYTES_PER_FLOAT * sm.MODEL_FLOATS  # the Nature CNN's gradient, float32

@@ -31,15 +31,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from benchmarks import harness
-from benchmarks import scaling_model as sm
-from benchmarks.scaling_results import (AllreduceSweep, Analysis, Measurement, ScalingData, analyze,
-                                        frames_from_batch_scaling, to_json)
+from benchmarks import harness, scaling_model as sm
+from benchmarks.scaling_results import (
+    AllreduceSweep,
+    Analysis,
+    Measurement,
+    ScalingData,
+    analyze,
+    frames_from_batch_scaling,
+    to_json,
+)
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ segments (benchmarks/shaped_links.py measures allreduce over such links).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -8,8 +8,9 @@ reads that layout back (also files written before these classes existed), for --
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any
 
 from benchmarks import scaling_model as sm
 

@@ -33,10 +33,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from benchmarks import harness
-from benchmarks import scaling_model as sm
+from benchmarks import harness, scaling_model as sm
 
 OUT = os.path.join(harness.RESULTS, "step_time")
 BATCHES = (4, 8, 16, 32, 64, 128, 256)

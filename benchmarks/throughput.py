@@ -27,14 +27,15 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ba3c.config import Config
-from ba3c.workers import configure_tensorflow, cores_available
 from ba3c.simulators import AtariSimulator, EnvSpec, resolve_env
+from ba3c.workers import configure_tensorflow, cores_available
 from benchmarks import harness
 
 

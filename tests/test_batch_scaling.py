@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from studies.batch_scaling.batch_scaling import Point, parse_point
 from conftest import ROOT, subprocess_env
+from studies.batch_scaling.batch_scaling import Point, parse_point
 
 
 def test_points_become_rehearsals_of_the_global_batch():
@@ -110,8 +110,8 @@ def test_sigterm_stops_a_point_and_keeps_what_it_reached(tmp_path):
 
 
 def test_noise_windows_pool_means_before_the_ratio():
-    from studies.batch_scaling.batch_scaling import noise_windows
     from ba3c.learner import noise_scale
+    from studies.batch_scaling.batch_scaling import noise_windows
 
     rows = [{"frames": "500000", "noise_n": "3", "grad_sq_small": "4.0", "grad_sq_big": "1.0", "noise_b_small": "64",
              "noise_b_big": "256"},
@@ -148,8 +148,8 @@ def _result(point: str, batch: int, reached: int | None, total: int, noise=None,
 
 
 def test_noise_model_predicts_checks_and_flags_contradictions():
-    from studies.batch_scaling.batch_scaling import noise_model
     from benchmarks.scaling_model import frames_from_noise_scale
+    from studies.batch_scaling.batch_scaling import noise_model
 
     windows = [{"frames_from": 0, "frames_to": 1_000_000, "b_simple": 10.0, "b_simple_policy": 1000.0},
                {"frames_from": 1_000_000, "frames_to": 2_000_000, "b_simple": float("nan"), "b_simple_policy": 2000.0},

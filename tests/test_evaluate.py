@@ -7,13 +7,11 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ba3c import evaluate as ev
-from ba3c import evaluation
+from ba3c import evaluate as ev, evaluation
 from conftest import ROOT, run_train, subprocess_env
 
 

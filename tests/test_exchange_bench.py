@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from studies.exchange.exchange import timeline_excerpt
 from conftest import ROOT, subprocess_env
+from studies.exchange.exchange import timeline_excerpt
 
 DENSE = "HorovodAllreduce_gradient_tape_nature_1_dense_1_MatMul_MatMul_1_0"
 CONV = "HorovodAllreduce_gradient_tape_nature_1_conv2d_1_convolution_Conv2DBackpropFilter_0"

@@ -3,7 +3,6 @@ and real runs where a policy collapses (one process, and the collective rollback
 from __future__ import annotations
 
 import csv
-import dataclasses
 import math
 import os
 import subprocess
@@ -14,8 +13,17 @@ import pytest
 
 from ba3c import checkpoint as ckpt
 from ba3c.config import RunConfig
-from ba3c.guard import (COLLAPSED, EXIT_COLLAPSED, HEALTHY, SUSPECT, CollapseDetector, Guard, IntervalRecorder, IntervalStats,
-                       policy_entropy)
+from ba3c.guard import (
+    COLLAPSED,
+    EXIT_COLLAPSED,
+    HEALTHY,
+    SUSPECT,
+    CollapseDetector,
+    Guard,
+    IntervalRecorder,
+    IntervalStats,
+    policy_entropy,
+)
 from conftest import BIN, ROOT, run_train, subprocess_env
 
 

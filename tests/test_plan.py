@@ -12,9 +12,7 @@ import sys
 
 import pytest
 
-from benchmarks import plan
-from benchmarks import scaling_model as sm
-from benchmarks import step_time
+from benchmarks import plan, scaling_model as sm, step_time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -37,13 +37,13 @@ import math
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from benchmarks import harness, scaling_results
 from benchmarks.harness import Row
-from benchmarks.time_to_score import first_reach
-from benchmarks.time_to_score import main as time_to_score
+from benchmarks.time_to_score import first_reach, main as time_to_score
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # this study's committed results
 

@@ -18,7 +18,8 @@ import argparse
 import json
 import socket
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

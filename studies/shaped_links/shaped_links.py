@@ -50,13 +50,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from benchmarks import harness
-from benchmarks import scaling_model as sm
+from benchmarks import harness, scaling_model as sm
 from benchmarks.netns import AGENT, MTU, NAME_PREFIX, SUBNET, Cluster, Topology, delta, remove_stale, tbf_sizes
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
