@@ -28,6 +28,9 @@ COMPRESSIONS = ("none", "fp16")
 GUARD_MODES = ("rollback", "warn")
 LIFE_LOSS_MODES = ("auto", "ignore", "terminal")
 MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
+MAX_SEED = 2**31 - 1  # ALE takes its seeds as 32-bit signed integers (TensorFlow's seeding: 32-bit unsigned)
+MAX_EPISODE_FRAMES = 2**31 - 1  # ALE counts an episode's frames in a 32-bit signed integer
+MAX_THREADS = 1024  # per thread pool: more than any one node's cores (TensorFlow takes no more than 2**31 - 1)
 
 
 class ConfigError(ValueError):
@@ -323,6 +326,14 @@ def validate(cfg: Config) -> None:
     for name, v in nonneg.items():
         if v < 0:
             raise ConfigError(f"{_flag(name)}: must be >= 0, got {v}")
+    threads = "more threads than any one node has cores"
+    at_most = dict(seed=(s.seed, MAX_SEED, "emulators and TensorFlow take 32-bit seeds"),
+                   max_episode_frames=(s.max_episode_frames, MAX_EPISODE_FRAMES, "ALE counts frames in 32 bits"),
+                   env_threads=(s.env_threads, MAX_THREADS, threads), intra_op_threads=(r.intra_op_threads, MAX_THREADS,
+                   threads), inter_op_threads=(r.inter_op_threads, MAX_THREADS, threads))
+    for name, (v, most, why) in at_most.items():
+        if v > most:
+            raise ConfigError(f"{_flag(name)}: must be at most {most} ({why}), got {v}")
     for name in ("guard_entropy_drop", "guard_lr_cut"):
         if not 0.0 < getattr(r, name) < 1.0:
             raise ConfigError(f"{_flag(name)}: must be in (0, 1), got {getattr(r, name)}")
@@ -401,8 +412,14 @@ def check_world(cfg: Config, world_size: int) -> None:
     gb, ranks = global_batch(cfg, world_size), data_ranks(cfg, world_size)
     if gb > MAX_GLOBAL_BATCH:
         what = f"{world_size} ranks" + (f" x --rehearse-ranks {cfg.run.rehearse_ranks}" if cfg.run.rehearse_ranks > 1 else "")
-        raise ConfigError(f"global batch {cfg.learn.train_batch} x {what} = {gb} exceeds "
-                          f"{MAX_GLOBAL_BATCH}; lower --train-batch to at most {MAX_GLOBAL_BATCH // ranks}")
+        # only fixes that can be applied: each of them is at least 1
+        fixes = [f"lower --train-batch to at most {MAX_GLOBAL_BATCH // ranks}"] if ranks <= MAX_GLOBAL_BATCH else []
+        if cfg.run.rehearse_ranks > 1 and world_size * cfg.learn.train_batch <= MAX_GLOBAL_BATCH:
+            fixes.append(f"lower --rehearse-ranks to at most {MAX_GLOBAL_BATCH // (world_size * cfg.learn.train_batch)}")
+        if not fixes:
+            fixes.append(f"run on at most {MAX_GLOBAL_BATCH // cfg.learn.train_batch} ranks")
+        raise ConfigError(f"global batch {cfg.learn.train_batch} x {what} = {gb} exceeds {MAX_GLOBAL_BATCH}; "
+                          f"{' or '.join(fixes)}")
 
 
 def scaled_lr(cfg: Config, world_size: int) -> float:
@@ -418,8 +435,9 @@ def scaled_lr(cfg: Config, world_size: int) -> float:
 
 # ---------------------------------------------------------------- CLI and JSON
 
-class _Parser(argparse.ArgumentParser):
-    """Usage mistakes become a ConfigError: one line from the entry point, not the whole usage text."""
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes become a ConfigError: one line from the entry point, not the whole usage text (ba3c.train's
+    parser and ba3c.evaluate's)."""
 
     def error(self, message: str) -> Any:  # argparse's signature says NoReturn
         raise ConfigError(f"{message} (see --help)")
@@ -433,7 +451,7 @@ _METAVARS = {int: "N", float: "X", str: "TEXT"}
 def build_parser(prog: str = "python -m ba3c.train") -> argparse.ArgumentParser:
     """The CLI: one option per config field, in its dataclass's group, or in the experimental group when the
     field says so (the saved JSON keeps the dataclass groups either way)."""
-    p = _Parser(prog=prog, description="Distributed Batch A3C (BA3C) trainer. Every option with its longer "
+    p = OneLineParser(prog=prog, description="Distributed Batch A3C (BA3C) trainer. Every option with its longer "
                 "explanation: docs/configuration.md.")
     p.add_argument("--config", default="", metavar="FILE",
                    help="JSON config file (as saved in a run directory); flags override it")
@@ -466,13 +484,19 @@ def _from_nested(data: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def load_json(path: str) -> dict[str, Any]:
+    fix = "give a JSON config file (a run directory's config.json is one)"
     try:
-        with open(path) as fh:
+        with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"--config: no such file '{path}'") from None
     except json.JSONDecodeError as e:
-        raise ConfigError(f"--config: '{path}' is not valid JSON ({e})") from None
+        raise ConfigError(f"--config: '{path}' is not valid JSON ({e}); {fix}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--config: '{path}' is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+                          f"{fix}") from None
+    except (OSError, ValueError) as e:  # a directory, no permission, a NUL in the name
+        raise ConfigError(f"--config: cannot read '{path}' ({getattr(e, 'strerror', None) or e}); {fix}") from None
     if used := removed_behaviours(data):
         raise ConfigError(removed_message(f"--config {path}", used))
     return _from_nested(without_removed(data), f"--config {path}")

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import json
 import os
+import tempfile
 from typing import Any
 
 # What a write that ran out of room fails with: no space (ENOSPC), over quota (EDQUOT), or the device refused
@@ -68,6 +69,23 @@ class NoSpaceError(OSError):
         if self.needed is not None and self.free is not None and self.free < self.needed:
             return f"free at least {fmt_bytes(self.needed - self.free)} in {self.directory}"
         return f"free space in {self.directory} (or raise its quota; check the device if it reports I/O errors)"
+
+
+def unwritable(directory: str) -> str | None:
+    """Why files cannot be made in `directory` (it need not exist yet: its nearest existing parent must take
+    them), or None. Tried for real with a file that vanishes at once: os.access says yes to root even on a
+    read-only file system."""
+    if "\0" in directory:
+        return "a path cannot hold a NUL character"
+    parent = directory
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    try:
+        with tempfile.TemporaryFile(dir=parent or "."):
+            pass
+    except OSError as e:
+        return f"{parent or '.'}: {e.strerror}"
+    return None
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from ba3c import checkpoint as ckpt
 from ba3c.config import (
     IMPLIED_BY_OLDER_CONFIGS,
+    MAX_SEED,
     Config,
     data_ranks,
     global_batch,
@@ -163,6 +164,9 @@ class Trainer:
         # Disjoint seed blocks per rank (seed + rank), shifted on resume so emulators do not replay starts;
         # a rehearsal's k ranks' simulators take the k consecutive blocks those ranks would have.
         env_seed = (s.seed + rank * k) * s.num_envs + self.state.updates * 7919
+        # ALE takes each emulator's seed (env_seed + its index, + up to --decorrelate-steps more) as a 32-bit signed
+        # integer: a large --seed, or a resume after ~270,000 updates, would overflow it. Folded, not refused.
+        env_seed %= max(1, MAX_SEED - s.num_envs * k - s.decorrelate_steps - 1)
         exp = Experience(s.num_envs * k, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch * k,
                          clip_rewards=self.spec.kind == "atari", life_loss_terminal=s.life_loss == "terminal")
         learner = self.learner

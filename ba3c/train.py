@@ -5,7 +5,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import traceback
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -23,7 +22,7 @@ from ba3c.config import (
     saved_config,
     sticky_actions_problem,
 )
-from ba3c.files import EXIT_NO_SPACE, NoSpaceError
+from ba3c.files import EXIT_NO_SPACE, NoSpaceError, unwritable
 
 # Options that change the network or what it is trained on: a resume may not change them.
 MODEL_DEFINING = ("env", "model")
@@ -67,14 +66,8 @@ def resolve(argv: Sequence[str] | None) -> tuple[Config, bool]:
 
 
 def _check_writable(run_dir: str) -> None:
-    parent = run_dir
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    try:  # os.access says yes to root even on read-only file systems: really try
-        with tempfile.TemporaryFile(dir=parent or "."):
-            pass
-    except OSError as e:
-        raise ConfigError(f"--run-dir: cannot write to '{run_dir}' ({parent or '.'}: {e.strerror}); choose another") from None
+    if (why := unwritable(run_dir)) is not None:
+        raise ConfigError(f"--run-dir: cannot write to '{run_dir}' ({why}); choose another")
 
 
 def _check_fits(cfg: Config, spec) -> None:  # spec: simulators.EnvSpec
