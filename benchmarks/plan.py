@@ -52,6 +52,8 @@ TARGETS = {32: 0.5, 64: 0.35}  # issue 44: time to Pong 18 against linear
 STEP_TIME = os.path.join(harness.RESULTS, "step_time", "step_time.json")
 SCALING = os.path.join(harness.RESULTS, "scaling", "scaling.json")
 BATCH_SCALING = os.path.join(harness.ROOT, "studies", "batch_scaling", "results", "batch_scaling.json")
+SHAPED_LINKS = os.path.join(harness.ROOT, "studies", "shaped_links", "results", "shaped_links-horovod.json")
+EXCHANGE = os.path.join(harness.ROOT, "studies", "exchange", "results", "exchange.json")
 OUT = os.path.join(harness.RESULTS, "plan")
 
 # Measured by an earlier session of this project on a lent 16-core Xeon machine (November 2026): the
@@ -77,21 +79,37 @@ class Network:
 
 
 # Shaped-link study (studies/shaped_links): over TCP, Horovod's defaults moved the ring's bytes at 0.43 of
-# line rate (fitted to link-bound points, 2-8 ranks); latencies are published figures it quotes. InfiniBand
-# was not measured: 0.8 of line rate and 2 us are nominal (the scaling model's convention).
+# line rate (fitted to its link-bound points, 2-8 ranks; read from its JSON where present); latencies are the
+# published figures it quotes. InfiniBand was not measured: 0.8 of line rate and 2 us are nominal (the
+# scaling model's convention).
 TCP_EFFICIENCY = 0.43
-NETWORKS = {
-    "ib100": Network("100 Gb/s InfiniBand", 0.8 * 100e9 / 8, 2e-6, "assumed", "assumed",
-                     "nominal: 0.8 of line rate, 2 us (not measured)"),
-    "25gbe": Network("25 GbE (TCP)", TCP_EFFICIENCY * 25e9 / 8, 20e-6, "fitted", "assumed",
-                     "0.43 of line rate fitted over shaped TCP links (Horovod defaults); 10 GbE's published 20 us"),
-    "10gbe": Network("10 GbE (TCP)", TCP_EFFICIENCY * 10e9 / 8, 20e-6, "fitted", "assumed",
-                     "0.43 of line rate fitted over shaped TCP links (Horovod defaults); 20 us published "
-                     "(Hurwitz and Feng, Hot Interconnects 11, 2003)"),
-    "1gbe": Network("1 GbE (TCP)", TCP_EFFICIENCY * 1e9 / 8, 35e-6, "fitted", "assumed",
-                    "0.43 of line rate fitted over shaped TCP links (Horovod defaults); 35 us published "
-                    "(Open MPI over TCP, nw-grid.ac.uk LivMPI tests)"),
-}
+
+
+def networks(tcp_efficiency: float = TCP_EFFICIENCY, tcp_label: str = "fitted") -> dict[str, Network]:
+    tcp = (f"{tcp_efficiency:.2f} of line rate, fitted over shaped TCP links (Horovod defaults, studies/shaped_links)"
+           if tcp_label == "fitted" else f"{tcp_efficiency:.2f} of line rate ({tcp_label})")
+    return {
+        "ib100": Network("100 Gb/s InfiniBand", 0.8 * 100e9 / 8, 2e-6, "assumed", "assumed",
+                         "nominal: 0.8 of line rate, 2 us (not measured)"),
+        "25gbe": Network("25 GbE (TCP)", tcp_efficiency * 25e9 / 8, 20e-6, tcp_label, "assumed",
+                         f"{tcp}; 10 GbE's published 20 us"),
+        "10gbe": Network("10 GbE (TCP)", tcp_efficiency * 10e9 / 8, 20e-6, tcp_label, "assumed",
+                         f"{tcp}; 20 us published (Hurwitz and Feng, Hot Interconnects 11, 2003)"),
+        "1gbe": Network("1 GbE (TCP)", tcp_efficiency * 1e9 / 8, 35e-6, tcp_label, "assumed",
+                        f"{tcp}; 35 us published (Open MPI over TCP, nw-grid.ac.uk LivMPI tests)"),
+    }
+
+
+NETWORKS = networks()
+
+
+def tcp_efficiency(shaped: dict[str, Any] | None) -> tuple[float, str]:
+    """Horovod's default allreduce over shaped TCP links, as a share of line rate (fitted there), else the
+    constant above (assumed)."""
+    fit = (((shaped or {}).get("analysis") or {}).get("fits") or {}).get("horovod/default") or {}
+    if fit.get("efficiency"):
+        return float(fit["efficiency"]), "fitted"
+    return TCP_EFFICIENCY, "assumed (the shaped-link study's fit, copied)"
 
 
 def exchange_s(nodes: int, net: Network, overhead_s: float, nbytes: float = GRADIENT_BYTES) -> float:
@@ -423,6 +441,19 @@ def model_check(step_time: dict[str, Any] | None, here_threads: int = 1) -> list
     return out
 
 
+def exchange_check(scaling: dict[str, Any] | None, exchange: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The exchange term at 2 ranks with this box's own allreduce fit (overhead, bandwidth, latency from the
+    scaling benchmark's sweep) against the exposed exchange the exchange study measured in the learner's step
+    (2 ranks x 1 core, grouped, the default)."""
+    fit = sm.AllreduceFit.from_json((((scaling or {}).get("fit") or {}).get("allreduce") or {}).get("horovod"))
+    measured = ((exchange or {}).get("projection_input") or {}).get("exposed_ms_grouped")
+    if fit is None or not measured:
+        return None
+    model = sm.t_allreduce(2, GRADIENT_BYTES, fit)
+    return {"ranks": 2, "model_s": model, "measured_exposed_s": measured / 1e3,
+            "error": sm.relative_error(model, measured / 1e3)}
+
+
 # ---------------------------------------------------------------- report, plot, files
 
 def _pct(x: float | None) -> str:
@@ -451,8 +482,9 @@ def report(s: Settings, node: NodeModel, net: Network, exch_label: tuple[float, 
     for r in rows:
         c, f = r.best, r.fixed
         fixed = f"{f.minutes:>6.2f} {_pct(r.fixed_efficiency_vs_linear):>5}" if f else f"{'-':>6} {'-':>5}"
-        target = (f" (target {r.target}: needs {1e3 * r.needed_step_s:.2f} ms per update at these updates)"
-                  if r.target else "")
+        target = (f" (target {r.target}: needs {1e3 * r.needed_step_s:.2f} ms per update at these updates, i.e. a "
+                  f"floor of {1e3 * (r.needed_step_s - c.compute_s - c.collect_s):.2f} ms against "
+                  f"{1e3 * c.floor_s:.2f})" if r.target and r.binds != "target met" else "")
         print(f"{r.nodes:>5} {c.global_batch:>5} {c.per_node_batch:>5} {c.updates:>8,.0f} {c.updates_label:>9} "
               f"{1e3 * c.overhead_s:>6.2f} {1e3 * (c.compute_s + c.collect_s):>7.2f} {1e3 * c.exchange_s:>7.2f} "
               f"{c.minutes:>8.2f} {r.efficiency_vs_linear:>5.2f}  | {fixed:>26} | {r.binds}{target}")
@@ -489,6 +521,12 @@ def plot(rows: Sequence[EnvelopeRow], today: Sequence[dict[str, Any]], s: Settin
     ax1.set_ylabel("minutes to Pong 18 (modelled)")
     ax2.plot(ns, [r.efficiency_vs_linear for r in rows], "o-", label="envelope")
     ax2.plot([r.nodes for r in fx], [r.fixed_efficiency_vs_linear for r in fx], "s--", label="fixed per-node batch 32")
+    ax2.plot([r.nodes for r in fx], [efficiency(rows[0].best.minutes, r.nodes, r.fixed.minutes) for r in fx], "s:",
+             ms=4, label="fixed per-node batch 32, against the envelope's 1 node")
+    if today:
+        pts = [p for p in today if p.get("minutes")]
+        ax2.plot([p["nodes"] for p in pts], [pts[0]["minutes"] / (p["nodes"] * p["minutes"]) for p in pts], "x:",
+                 color="grey", label="scaling.json projection before")
     ax2.plot(list(TARGETS), list(TARGETS.values()), "r_", ms=20, mew=2, label="issue 44 targets")
     ax2.set_ylim(0, 1.05)
     ax2.set_ylabel("efficiency vs linear")
@@ -536,6 +574,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "batch-scaling study's noise-scale model")
     p.add_argument("--step-time", default=STEP_TIME, help="benchmarks/step_time.py's JSON")
     p.add_argument("--batch-scaling", default=BATCH_SCALING, help="the batch-scaling study's JSON (updates to 18)")
+    p.add_argument("--shaped-links", default=SHAPED_LINKS, help="the shaped-link study's Horovod JSON (TCP efficiency)")
+    p.add_argument("--exchange", default=EXCHANGE, help="the exchange study's JSON (a check of the exchange term)")
     p.add_argument("--scaling", default=SCALING,
                    help="scaling.json: collection cost, Horovod's overhead, the earlier projection; gains the envelope")
     p.add_argument("--no-write-scaling", action="store_true", help="leave scaling.json unchanged")
@@ -564,7 +604,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plan: --node-model here needs {args.step_time} (python -m benchmarks.step_time)", file=sys.stderr)
         return 2
     s = Settings(args.nodes, args.cores_per_node, args.network, args.node_model, args.beyond)
-    net, collect, exch = NETWORKS[args.network], collect_cost(scaling), exchange_overhead(scaling)
+    eff, eff_label = tcp_efficiency(load_json(args.shaped_links))
+    net, collect, exch = networks(eff, eff_label)[args.network], collect_cost(scaling), exchange_overhead(scaling)
     modelled = [f for f in frames if f.modelled]
     try:
         node = node_model(args.node_model, step_time, collect, args.here_threads)
@@ -581,20 +622,27 @@ def main(argv: list[str] | None = None) -> int:
     except LookupError:
         pass
     checks = model_check(step_time, args.here_threads)
+    xcheck = exchange_check(scaling, load_json(args.exchange))
     report(s, node, net, exch, rows, measured, checks, other)
+    if xcheck:
+        print(f"  the exchange term at 2 ranks with this box's fitted allreduce: {1e3 * xcheck['model_s']:.1f} ms, against "
+              f"{1e3 * xcheck['measured_exposed_s']:.1f} ms exposed in the learner's step (exchange study, grouped): "
+              f"{xcheck['error']:+.0%}")
     today = (((scaling or {}).get("time_to_score_projection") or {}).get("by_exchange") or {}).get("sync", [])
     out = {"date": harness.now(), "settings": asdict(s), "modelled": True,
            "inputs": {"updates_measured": [asdict(u) for u in measured], "node_model": asdict(node),
                       "network": asdict(net),
                       "exchange_overhead": {"seconds": exch[0], "label": exch[1], "source": exch[2]},
                       "files": {"step_time": os.path.relpath(args.step_time, harness.ROOT),
+                                "shaped_links": os.path.relpath(args.shaped_links, harness.ROOT),
+                                "exchange": os.path.relpath(args.exchange, harness.ROOT),
                                 "batch_scaling": os.path.relpath(args.batch_scaling, harness.ROOT),
                                 "scaling": os.path.relpath(args.scaling, harness.ROOT)}},
            "envelope": [r.to_json() for r in rows],
            "other_node_model": {"name": other_name, "efficiency_vs_linear": {str(k): v for k, v in other.items()}},
            "all_choices": [c.to_json() for n in node_counts(s.nodes)
                            for c in choices_for(n, s, node, net, exch[0], measured, modelled)],
-           "model_check": checks}
+           "model_check": checks, "exchange_check": xcheck}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "plan.json"), "w") as fh:
         json.dump(out, fh, indent=1)
