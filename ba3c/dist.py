@@ -140,7 +140,8 @@ class MpiDist(Dist):
         return full[:n].astype(np.float32)
 
     def broadcast_arrays(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        flat = np.concatenate([np.asarray(a, np.float32).ravel() for a in arrays]) if arrays else np.zeros(0, np.float32)
+        flat = (np.concatenate([np.asarray(a, np.float32).ravel() for a in arrays]) if arrays
+                else np.zeros(0, np.float32))
         self.comm.Bcast(flat, root=0)
         out, i = [], 0
         for a in arrays:

@@ -3,7 +3,7 @@
     python -m ba3c.evaluate runs/pong-20261101-120000 --episodes 50                 # the paper's protocol
     python -m ba3c.evaluate runs/pong-... --policy greedy                            # plain argmax, no anti-stuck rule
     python -m ba3c.evaluate runs/pong-... --policy egreedy --epsilon 0.05            # DQN / Gorila's protocol
-    python -m ba3c.evaluate runs/pong-... --sticky-actions 0.25                      # in the authors' *-v0 sticky actions
+    python -m ba3c.evaluate runs/pong-... --sticky-actions 0.25                      # the authors' *-v0 sticky actions
     python -m ba3c.evaluate runs/pong-.../checkpoints/ckpt-0000001234.npz --record pong.gif
 
 The command line around `ba3c.evaluation` (policies, episode quotas, the protocol and its
@@ -28,13 +28,16 @@ from ba3c.evaluation import (
     POLICIES,
     STANDARD_MAX_EPISODE_FRAMES,
     EvalError,
+    check_options,
     check_sticky_actions,
     checkpoint_config,
     evaluate_model,
     model_from_checkpoint,
     protocol_line,
 )
-from ba3c.files import write_json
+from ba3c.config import MAX_SEED, MAX_THREADS, ConfigError, OneLineParser
+from ba3c.files import EXIT_NO_SPACE, NoSpaceError, fmt_bytes, unwritable, write_json
+from ba3c.resources import BASE_BYTES, EMULATOR_BYTES, USABLE_FRACTION, available_memory
 from ba3c.simulators import ATARI
 from ba3c.workers import cores_available, set_tensorflow_threads
 
@@ -52,9 +55,14 @@ def locate_checkpoint(path: str) -> Loaded:
     if os.path.isdir(path):
         sub = os.path.join(path, "checkpoints")
         ckpt_dir = sub if os.path.isdir(sub) else path
-        c = ckpt.load_latest(ckpt_dir)
+        skipped: list[str] = []
+        c = ckpt.load_latest(ckpt_dir, skipped)
         if c is None:
-            raise EvalError(f"no valid checkpoint in '{ckpt_dir}' (expected ckpt-<updates>.npz with its .sha256)")
+            why = f"; unusable: {'; '.join(skipped)}" if skipped else ""
+            raise EvalError(f"no valid checkpoint in '{ckpt_dir}' (expected ckpt-<updates>.npz with its .sha256){why}")
+        if skipped:
+            print(f"ba3c.evaluate: warning: newer checkpoints skipped ({'; '.join(skipped)}); evaluating "
+                  f"{os.path.basename(c.path)}", file=sys.stderr, flush=True)
     elif path.endswith(".npz"):
         try:
             c = ckpt.read_verified(path)  # same verification as load_latest, for one named file
@@ -104,9 +112,10 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ba3c.evaluate", description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog="python -m ba3c.evaluate", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT", help="run directory (its newest valid checkpoint) or a .npz")
+    p.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT",
+                   help="run directory (its newest valid checkpoint) or a .npz")
     p.add_argument("--episodes", type=int, default=50, help="complete episodes to play (paper: 50)")
     p.add_argument("--policy", choices=POLICIES, default="paper", metavar="PROTOCOL",
                    help=f"{', '.join(POLICIES)}. paper: the BA3C authors' protocol (argmax, random action with "
@@ -122,11 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-episode-frames", type=int, default=None,
                    help="Atari episode cap in emulator frames (episodes cut there count, marked truncated); default: "
                         f"the protocol's (paper: {PAPER_MAX_EPISODE_STEPS:,} agent steps = "
-                        f"{PAPER_MAX_EPISODE_STEPS * ATARI.frameskip:,} frames, others {STANDARD_MAX_EPISODE_FRAMES:,})")
-    p.add_argument("--seed", type=int, default=0, help="emulator seed (environment i gets seed + i) and action-noise seed")
-    p.add_argument("--record", default="", metavar="OUT.gif", help="save environment 0's first episode as a GIF (Atari)")
+                        f"{PAPER_MAX_EPISODE_STEPS * ATARI.frameskip:,} frames, "
+                        f"others {STANDARD_MAX_EPISODE_FRAMES:,})")
+    p.add_argument("--seed", type=int, default=0,
+                   help="emulator seed (environment i gets seed + i) and action-noise seed")
+    p.add_argument("--record", default="", metavar="OUT.gif",
+                   help="save environment 0's first episode as a GIF (Atari)")
     p.add_argument("--json", default="", metavar="OUT.json",
-                   help="result file (default RUN_DIR/eval-<policy>.json; with sticky actions eval-<policy>-sticky<P>.json)")
+                   help="result file (default RUN_DIR/eval-<policy>.json; with sticky actions "
+                        "eval-<policy>-sticky<P>.json)")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow and emulator threads (0: cores available)")
     return p
 
@@ -141,15 +154,51 @@ def progress_printer(episodes: int) -> Callable[[int, int], None]:
     return report
 
 
+def _output_problem(flag: str, path: str, example: str = "eval.json") -> str | None:
+    """Why the result or recording cannot be written to `path` (asked before the games are played), or None."""
+    if os.path.isdir(path):
+        return f"{flag}: '{path}' is a directory; name a file, e.g. {os.path.join(path, example)}"
+    if (why := unwritable(os.path.dirname(os.path.abspath(path)))) is not None:
+        return f"{flag}: cannot write '{path}' ({why}); choose another path"
+    return None
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every option on its own, before a checkpoint is read or TensorFlow starts; raises EvalError."""
+    check_options(args.episodes, args.num_envs, args.epsilon, args.max_episode_frames, args.policy, args.sticky_actions)
+    most = MAX_SEED - min(args.num_envs, args.episodes) + 1  # environment i plays with seed + i
+    if not 0 <= args.seed <= most:
+        raise EvalError(f"--seed must be in [0, {most}] (environment i plays with seed + i, and emulators take 32-bit "
+                        f"seeds), got {args.seed}")
+    if not 0 <= args.threads <= MAX_THREADS:
+        raise EvalError(f"--threads must be in [0, {MAX_THREADS}] (0: the cores available), got {args.threads}")
+    for flag, path, example in (("--json", args.json, "eval.json"), ("--record", args.record, "episode.gif")):
+        if path and (problem := _output_problem(flag, path, example)) is not None:
+            raise EvalError(problem)
+
+
+def check_memory(kind: str, envs: int) -> None:
+    """The emulators against this host's memory (resources.py's estimates); raises EvalError with what fits."""
+    usable = int(available_memory() * USABLE_FRACTION)
+    if envs * EMULATOR_BYTES[kind] + BASE_BYTES > usable:
+        fits = max(1, (usable - BASE_BYTES) // EMULATOR_BYTES[kind])
+        raise EvalError(f"--num-envs {envs}: the emulators and TensorFlow need about "
+                        f"{fmt_bytes(envs * EMULATOR_BYTES[kind] + BASE_BYTES)}, this machine has "
+                        f"{fmt_bytes(available_memory())} available; use at most --num-envs {fits}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        if args.episodes < 1 or args.num_envs < 1 or (args.max_episode_frames is not None and args.max_episode_frames < 1):
-            raise EvalError("--episodes, --num-envs and --max-episode-frames must be >= 1")
-        check_sticky_actions(args.sticky_actions)
+        args = build_parser().parse_args(argv)
+        check_args(args)
         loaded = locate_checkpoint(args.path)
         spec, _ = checkpoint_config(loaded.checkpoint)  # a config this version cannot read: said before TF starts
         check_sticky_actions(args.sticky_actions, spec)
+        check_memory(spec.kind, min(args.num_envs, args.episodes))
+        sticky = f"-sticky{args.sticky_actions:g}" if args.sticky_actions else ""  # never over the evaluation without
+        out = args.json or os.path.join(loaded.run_dir, f"eval-{args.policy}{sticky}.json")
+        if not args.json and (problem := _output_problem("the result", out)) is not None:
+            raise EvalError(f"{problem} (or give --json elsewhere)")
         from ba3c.tfquiet import import_tensorflow_quietly
 
         import_tensorflow_quietly()
@@ -166,19 +215,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 record_path=args.record or None, num_threads=threads,
                                 fire_after_life_loss=cfg.sim.life_loss == "terminal",  # as it trained
                                 sticky_actions=args.sticky_actions, progress=progress_printer(args.episodes))
-    except EvalError as e:
+    except (EvalError, ConfigError) as e:
         print(f"ba3c.evaluate: error: {e}", file=sys.stderr)
         return 2
+    except NoSpaceError as e:  # the recording (--record) found no room
+        print(f"ba3c.evaluate: error: {e.describe()}; {e.to_free()}, or give --record elsewhere; exit status "
+              f"{EXIT_NO_SPACE}", file=sys.stderr)
+        return EXIT_NO_SPACE
     result.update(checkpoint=os.path.abspath(c.path), run_dir=loaded.run_dir, model=c.meta["model"],
                   frames=c.meta.get("frames"), updates=c.meta.get("updates"),
                   # "seed" and protocol.sticky_actions are the evaluation's own; compare.py gives each run its row
                   train_seed=cfg.sim.seed, train_sticky_actions=cfg.sim.sticky_actions,
                   date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                   **training_cost(loaded.run_dir, c.meta))
-    sticky = f"-sticky{args.sticky_actions:g}" if args.sticky_actions else ""  # never over the evaluation without
-    out = args.json or os.path.join(loaded.run_dir, f"eval-{args.policy}{sticky}.json")
-    write_json(out, result)
-    print(format_table(result))
+    print(format_table(result))  # first: a result file the disk has no room for must not lose the scores
     if result["truncated_episodes"]:
         cap = result["protocol"]["max_episode_frames"]
         where = f"the cap of {cap:,} frames" if cap is not None else "the environment's time limit"
@@ -187,6 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rec = result["recording"]
         cut = f", cut at {rec['truncated_at']} frames" if rec["truncated_at"] else ""
         print(f"recording: {rec['path']} ({rec['frames']} frames{cut})")
+    try:
+        write_json(out, result)
+    except NoSpaceError as e:
+        print(f"ba3c.evaluate: error: {e.describe()}; {e.to_free()} and evaluate again, or give --json elsewhere (the "
+              f"scores are above); exit status {EXIT_NO_SPACE}", file=sys.stderr)
+        return EXIT_NO_SPACE
     print(f"wrote {out}")
     return 0
 

@@ -31,6 +31,7 @@ environments that are done with their quota idle until the slowest one finishes.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import sys
 import threading
@@ -42,7 +43,8 @@ from typing import Any
 import numpy as np
 
 from ba3c.checkpoint import Checkpoint, assign_arrays
-from ba3c.config import Config, saved_config, sticky_actions_problem
+from ba3c.config import MAX_EPISODE_FRAMES, Config, saved_config, sticky_actions_problem
+from ba3c.files import atomic_write
 from ba3c.simulators import EnvSpec, Simulator
 from ba3c.workers import EvalCancelled, cores_available
 
@@ -65,7 +67,7 @@ class Protocol:
     """How an evaluation chooses actions and caps episodes."""
 
     name: str
-    choice: str                 # greedy (argmax), sampled (from the policy), egreedy (argmax or a uniform random action)
+    choice: str                 # greedy (argmax), sampled (from the policy), egreedy (argmax or a uniform random one)
     description: str
     random_action_prob: float | None = None  # egreedy: probability of a uniformly random action (None: --epsilon)
     stuck_repeats: int = 0      # > 0: the anti-stuck rule (AntiStuck) with this many repeats
@@ -108,7 +110,8 @@ def greedy_actions(logits: np.ndarray) -> np.ndarray:
 
 
 def epsilon_greedy_actions(logits: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """Per row: with probability epsilon a uniformly random action (any of them, the greedy one included), else argmax."""
+    """Per row: with probability epsilon a uniformly random action (any of them, the greedy one included), else
+    argmax."""
     n, num_actions = logits.shape
     explore = rng.random(n) < epsilon
     return np.where(explore, rng.integers(0, num_actions, n), greedy_actions(logits)).astype(np.int32)
@@ -175,8 +178,9 @@ def _save_gif(frames: list[np.ndarray], path: str, fps: float) -> None:
     h, w = frames[0].shape
     scale = max(1, 168 // max(h, w))  # 84x84 -> 168x168: big enough to watch, nearest keeps the pixels sharp
     images = [Image.fromarray(f).resize((w * scale, h * scale), Image.NEAREST) for f in frames]
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=round(1000 / fps), loop=0)
+    gif = io.BytesIO()
+    images[0].save(gif, format="GIF", save_all=True, append_images=images[1:], duration=round(1000 / fps), loop=0)
+    atomic_write(path, gif.getvalue())  # never a torn file on a full disk (NoSpaceError)
 
 
 @dataclass(order=True)
@@ -252,16 +256,18 @@ def play(sim: Simulator, predict, quotas: np.ndarray, choice: str, epsilon: floa
     return games
 
 
-def _check_options(episodes: int, num_envs: int, epsilon: float, max_episode_frames: int | None, policy: str,
-                   sticky_actions: float = 0.0, spec: EnvSpec | None = None) -> None:
+def check_options(episodes: int, num_envs: int, epsilon: float, max_episode_frames: int | None, policy: str,
+                  sticky_actions: float = 0.0, spec: EnvSpec | None = None) -> None:
+    """The options of an evaluation on their own (ba3c.evaluate asks before anything starts); raises EvalError."""
     if episodes < 1:
         raise EvalError(f"--episodes must be >= 1, got {episodes}")
     if num_envs < 1:
         raise EvalError(f"--num-envs must be >= 1, got {num_envs}")
     if not 0.0 <= epsilon <= 1.0:
         raise EvalError(f"--epsilon must be in [0, 1], got {epsilon}")
-    if max_episode_frames is not None and max_episode_frames < 1:
-        raise EvalError(f"--max-episode-frames must be >= 1, got {max_episode_frames}")
+    if max_episode_frames is not None and not 1 <= max_episode_frames <= MAX_EPISODE_FRAMES:
+        raise EvalError(f"--max-episode-frames must be in [1, {MAX_EPISODE_FRAMES}] (ALE counts frames in 32 bits), "
+                        f"got {max_episode_frames}")
     if policy not in PROTOCOLS:
         raise EvalError(f"--policy '{policy}' is not one of {', '.join(POLICIES)}")
     check_sticky_actions(sticky_actions, spec)
@@ -269,7 +275,8 @@ def _check_options(episodes: int, num_envs: int, epsilon: float, max_episode_fra
 
 def check_sticky_actions(p: float, spec: EnvSpec | None = None, flag: str = "--sticky-actions") -> None:
     """A repeat-action probability ALE can play (config.sticky_actions_problem); Atari only where `spec` is known."""
-    problem = sticky_actions_problem(flag, p, spec.kind if spec else "atari", f"{spec.kind}:{spec.name}" if spec else "")
+    kind, name = (spec.kind, f"{spec.kind}:{spec.name}") if spec else ("atari", "")
+    problem = sticky_actions_problem(flag, p, kind, name)
     if problem is not None:
         raise EvalError(problem)
 
@@ -319,7 +326,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
     from ba3c.predictor import Predictor
     from ba3c.simulators import action_names
 
-    _check_options(episodes, num_envs, epsilon, max_episode_frames, policy, sticky_actions, spec)
+    check_options(episodes, num_envs, epsilon, max_episode_frames, policy, sticky_actions, spec)
     proto = PROTOCOLS[policy]
     cap = episode_cap_frames(proto, spec, max_episode_frames)
     quotas = episode_quotas(episodes, num_envs)
@@ -457,11 +464,12 @@ def checkpoint_config(c: Checkpoint) -> tuple[EnvSpec, Config]:
 
 def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, Config]:  # -> (keras model, spec, its run's config)
     """Rebuild the network the checkpoint was trained with and load its weights (not the optimizer state)."""
-    from ba3c.model import build_model
+    from ba3c.model import build_model, head_for
 
     spec, cfg = checkpoint_config(c)
     meta = c.meta
-    model = build_model(meta["model"], tuple(meta["obs_shape"]), int(meta["num_actions"]), seed=cfg.sim.seed)
+    model = build_model(meta["model"], tuple(meta["obs_shape"]), int(meta["num_actions"]), seed=cfg.sim.seed,
+                        head=head_for(cfg.learn.algo))  # Gorila's checkpoints hold a Q-network: argmax of Q
     weights = model.weights
     try:  # model weights come first; the rest is optimizer state
         assign_arrays(weights, c.arrays[:len(weights)], f"checkpoint '{c.path}' ({meta['model']} model)")

@@ -149,4 +149,5 @@ class Experience:
                     out.append(TrainBatch(self._obs.copy(), self._act.copy(), self._ret.copy(),
                                           self._adv.copy(), self._ver.copy(), self._unsampled))
                     self._fill = self._unsampled = 0
-        b.obs.clear(); b.actions.clear(); b.values.clear(); b.versions.clear(); b.rewards.clear()
+        for part in (b.obs, b.actions, b.values, b.versions, b.rewards):
+            part.clear()

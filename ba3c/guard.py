@@ -54,7 +54,7 @@ class IntervalStats:
 class Verdict:
     state: str                    # HEALTHY, SUSPECT or COLLAPSED
     reason: str                   # why, in words ('' when healthy)
-    entropy_ref: float | None     # medians over the last intervals not collapsed (None before the first): of the entropy,
+    entropy_ref: float | None     # medians over the last intervals not collapsed (None before the first): of entropy,
     grad_ref: float | None        # of the largest gradient norm, and of the episode length
     episode_length_ref: float | None
 
@@ -156,6 +156,7 @@ class Guard:
     def __init__(self, cfg: RunConfig, is_root: bool, lr_scale: float = 1.0) -> None:
         self.cfg = cfg
         self.rollback_mode = cfg.collapse_guard == "rollback"
+        self.off = cfg.collapse_guard == "off"  # no verdicts at all (Gorila: a Q-network has no policy entropy)
         self.detector = CollapseDetector(cfg.guard_entropy_floor, cfg.guard_entropy_drop,
                                          cfg.guard_grad_jump) if is_root else None
         self.snapshots: collections.deque[Snapshot] = collections.deque(maxlen=2)
@@ -177,6 +178,8 @@ class Guard:
     def plan(self, s: IntervalStats) -> Plan:
         """Rank 0: the verdict on this interval and what every rank does about it."""
         assert self.detector is not None, "plan() is rank 0's"
+        if self.off:
+            return Plan(s, Verdict(HEALTHY, "", None, None, None), "none", lr_scale=self.lr_scale)
         v = self.detector.assess(s)
         if not self.rollback_mode:
             was, self._collapsed = self._collapsed, v.state == COLLAPSED

@@ -29,13 +29,16 @@ class MemoryEstimate:
     frames: int   # observations held per environment: n-step segment, predictor and experience buffers
     batches: int  # train batches queued, being assembled and being trained, plus their activations
     base: int
+    replay: int = 0  # Gorila's replay memory, full (ba3c.replay.replay_bytes)
 
     @property
     def total(self) -> int:
-        return self.emulators + self.frames + self.batches + self.base
+        return self.emulators + self.frames + self.batches + self.base + self.replay
 
 
-def estimate_memory(cfg: Config, kind: str, obs_bytes: int, model: str) -> MemoryEstimate:
+def estimate_memory(cfg: Config, kind: str, obs_bytes: int, model: str, replay_slot_bytes: int = 0) -> MemoryEstimate:
+    """replay_slot_bytes: what one transition takes in Gorila's replay memory (ba3c.replay.replay_bytes(1, ...)); the
+    replay is counted full, at --replay-size, with --algo gorila."""
     s, l, r = cfg.sim, cfg.learn, cfg.run
     k = r.rehearse_ranks  # a rehearsal holds K ranks' simulators and batches in one process
     num_envs, train_batch, predict_batch = s.num_envs * k, l.train_batch * k, s.predict_batch * k
@@ -43,7 +46,8 @@ def estimate_memory(cfg: Config, kind: str, obs_bytes: int, model: str) -> Memor
     frames = num_envs * (l.n_step + 3) * obs_bytes
     in_flight = (r.queue_batches + 2) * train_batch * obs_bytes
     activations = (train_batch + predict_batch) * TRAIN_BYTES_PER_SAMPLE[model]
-    return MemoryEstimate(num_envs * EMULATOR_BYTES[kind], frames, in_flight + activations, BASE_BYTES)
+    replay = cfg.gorila.replay_size * replay_slot_bytes if l.algo == "gorila" else 0
+    return MemoryEstimate(num_envs * EMULATOR_BYTES[kind], frames, in_flight + activations, BASE_BYTES, replay)
 
 
 def available_memory() -> int:
@@ -75,15 +79,24 @@ def _meminfo_available() -> int:
     return 1 << 62  # unknown: do not refuse
 
 
-def check_memory(cfg: Config, kind: str, obs_bytes: int, model: str, ranks_here: int, available: int) -> MemoryEstimate:
+def check_memory(cfg: Config, kind: str, obs_bytes: int, model: str, ranks_here: int, available: int,
+                 replay_slot_bytes: int = 0) -> MemoryEstimate:
     """Raise ConfigError naming what the request needs, what there is, and what would fit."""
-    est = estimate_memory(cfg, kind, obs_bytes, model)
+    est = estimate_memory(cfg, kind, obs_bytes, model, replay_slot_bytes)
     usable = int(available * USABLE_FRACTION)
     if est.total * ranks_here <= usable:
         return est
     who = f" x {ranks_here} ranks on this host" if ranks_here > 1 else ""
-    need = (f"needs about {_size(est.total * ranks_here)} ({_size(est.emulators)} emulators, {_size(est.frames)} frames, "
-            f"{_size(est.batches)} batches, {_size(est.base)} TensorFlow per rank{who})")
+    if est.replay > est.total - est.replay:  # Gorila's replay memory is most of it: name the size that fits
+        rest = est.total - est.replay
+        fits = max(0, (usable // ranks_here - rest) // replay_slot_bytes)
+        fix = (f"use at most --replay-size {fits:,}" if fits >= 6 * cfg.sim.num_envs else
+               "run fewer ranks per host (the rest of a rank leaves no room for a replay memory)")
+        raise ConfigError(f"--replay-size {cfg.gorila.replay_size:,} needs about {_size(est.replay)} per rank{who}, "
+                          f"besides {_size(rest)} for the rest of each rank; this machine has {_size(available)} "
+                          f"available; {fix}")
+    need = (f"needs about {_size(est.total * ranks_here)} ({_size(est.emulators)} emulators, "
+            f"{_size(est.frames)} frames, {_size(est.batches)} batches, {_size(est.base)} TensorFlow per rank{who})")
     rehearse = f" x --rehearse-ranks {cfg.run.rehearse_ranks}" if cfg.run.rehearse_ranks > 1 else ""
     raise ConfigError(f"--num-envs {cfg.sim.num_envs} with --train-batch {cfg.learn.train_batch} and --queue-batches "
                       f"{cfg.run.queue_batches}{rehearse} {need}; this machine has {_size(available)} available; "

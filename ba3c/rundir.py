@@ -25,8 +25,8 @@ from ba3c.files import SPACE_ERRNOS, NoSpaceError, append_text, atomic_write, wr
 # anti_stuck_replaced: actions the paper protocol's anti-stuck rule replaced (empty: no such rule).
 # sticky_actions: ALE's repeat_action_probability played (empty: not an ALE game).
 EVAL_FIELDS = ["time_s", "frames", "updates", "policy", "episodes", "score_mean", "score_std", "score_median",
-               "score_min", "score_max", "length_mean", "max_episode_steps", "truncated_episodes", "anti_stuck_replaced",
-               "sticky_actions"]
+               "score_min", "score_max", "length_mean", "max_episode_steps", "truncated_episodes",
+               "anti_stuck_replaced", "sticky_actions"]
 EVAL_PROTOCOL_FILE = "eval-protocol.json"  # the latest periodic evaluation's protocol record
 PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
                    "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",

@@ -93,7 +93,8 @@ def resolve_env(name: str) -> EnvSpec:
         return EnvSpec("gym", base)
     close = difflib.get_close_matches(_snake(base.split("/")[-1].split("-")[0]), rom_ids, n=3, cutoff=0.6)
     close += difflib.get_close_matches(base, gym_ids, n=3, cutoff=0.6)
-    hint = f" Closest valid names: {', '.join(close)}." if close else " Try pong, breakout, space_invaders or CartPole-v1."
+    hint = (f" Closest valid names: {', '.join(close)}." if close
+            else " Try pong, breakout, space_invaders or CartPole-v1.")
     raise UnknownEnvError(f"--env: unknown game or environment '{name}'.{hint}")
 
 
@@ -220,7 +221,8 @@ class AtariSimulator:
         """The actions to play: FIRE for the environments whose last observation lost a life, if asked."""
         a = actions.astype(np.int32, copy=False)
         if self._fire_now is not None and self._fire_now.any():
-            a = np.where(self._fire_now, np.int32(self.fire_action), a).astype(np.int32)  # a new array: the caller's stays
+            # a new array: the caller's stays as it was
+            a = np.where(self._fire_now, np.int32(self.fire_action), a).astype(np.int32)
         return a
 
     def _guard(self, fn):  # type: ignore[no-untyped-def]
@@ -299,7 +301,8 @@ def action_names(spec: EnvSpec) -> list[str] | None:
 
 
 def make_simulator(spec: EnvSpec, num_envs: int, predict_batch: int, num_threads: int,
-                   max_episode_frames: int, fire_after_life_loss: bool = False, sticky_actions: float = 0.0) -> Simulator:
+                   max_episode_frames: int, fire_after_life_loss: bool = False,
+                   sticky_actions: float = 0.0) -> Simulator:
     """Atari: asynchronous, `predict_batch` ready environments per recv(); `sticky_actions`: ALE's
     repeat_action_probability (each emulator frame keeps the previous action with this probability).
     Gymnasium: synchronous, the whole vector is one batch (`predict_batch`, `num_threads`, the frame cap,

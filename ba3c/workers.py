@@ -144,7 +144,8 @@ class SimulationThread(threading.Thread):
                 self.experience.start_mid_game(self.decorrelate_steps * self.sim.num_envs)
             while not self.stop.is_set():
                 t = time.perf_counter()
-                version = self.policy_version()  # read before the forward pass: the weights it uses are at least this new
+                # read before the forward pass: the weights it uses are at least this new
+                version = self.policy_version()
                 logits, values = self.predictor(b.obs)
                 actions = self.choose(logits, self.rng)
                 t = self.timers.add("predict", t)
