@@ -1,14 +1,20 @@
 """Put our evaluation scores next to the BA3C paper's, Gorila's, A2C's and PPO's at 40 M frames, and the human and random baselines.
 
-    python -m benchmarks.compare [PATH ...] [--published benchmarks/published_scores.csv] [--out benchmarks/results]
+    python -m benchmarks.compare [PATH ...] [--published benchmarks/published_scores.csv] [--out DIR]
+    python -m benchmarks.compare benchmarks/results/scores --readme README.md --readme docs/results/scores.md
 
 Reads every evaluation JSON written by `python -m ba3c.evaluate` (files tagged with
 "schema": "ba3c-eval/1") found under the given files or directories (default:
-benchmarks/results/ and runs/), and writes OUT/SCORES.md (a table per game and policy) and
-OUT/scores.png (one bar chart per game), and with --readme FILE the same table into FILE between
-two marker lines. Published numbers come only from the CSV file, with
+benchmarks/results/scores/ and runs/), and writes OUT/SCORES.md (a table per game and policy) and
+OUT/scores.png (one bar chart per game). Published numbers come only from the CSV file, with
 their protocol and citation. When one game and policy has several evaluations, the one of the
 checkpoint with the most training frames is shown (the newest evaluation on a tie).
+
+With --readme FILE (repeatable) the generated sections of FILE are rewritten, each between its two
+marker lines (`SECTIONS`): the headline table (the paper's six games, paper protocol, the default
+seed, no sticky actions: one row each), every paper-protocol row, and the scaling headline (from
+--scaling, benchmarks/results/scaling/scaling.json). A FILE holds any of them; one with none is an
+error. tests/test_readme.py regenerates them from the committed results and fails when a copy differs.
 """
 from __future__ import annotations
 
@@ -26,13 +32,20 @@ from benchmarks import harness
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PUBLISHED = REPO / "benchmarks" / "published_scores.csv"
-DEFAULT_PATHS = (REPO / "benchmarks" / "results", REPO / "runs")
+SCORES_DIR = REPO / "benchmarks" / "results" / "scores"  # the committed evaluations, SCORES.md and scores.png
+SCALING_JSON = REPO / "benchmarks" / "results" / "scaling" / "scaling.json"
+DEFAULT_PATHS = (SCORES_DIR, REPO / "runs")
 EVAL_SCHEMA = "ba3c-eval/1"  # ba3c.evaluate.SCHEMA (not imported: this script needs no TensorFlow or ba3c on the path)
 SOURCES = ("ba3c_paper", "gorila", "a2c_zoo", "ppo_cleanrl", "human", "random")
 SOURCE_TITLES = {"ba3c_paper": "BA3C paper", "gorila": "Gorila", "a2c_zoo": "A2C, 40M frames (SB3 zoo)",
                  "ppo_cleanrl": "PPO, 40M frames (CleanRL)", "human": "Human", "random": "Random"}
 STANDARD_MAX_EPISODE_FRAMES = 108_000  # ba3c.evaluate's default: 30 minutes of play
 README_BEGIN, README_END = "<!-- scores table: benchmarks/compare.py --readme -->", "<!-- end of scores table -->"
+ALL_PAPER_BEGIN, ALL_PAPER_END = ("<!-- paper-protocol scores: benchmarks/compare.py --readme -->",
+                                  "<!-- end of paper-protocol scores -->")
+SCALING_BEGIN, SCALING_END = "<!-- scaling table: benchmarks/compare.py --readme -->", "<!-- end of scaling table -->"
+# The paper's six games, in the order of its results table (arXiv 1801.02852)
+PAPER_GAMES = ("breakout", "pong", "space_invaders", "seaquest", "boxing", "beam_rider")
 MAX_JSON_BYTES = 5_000_000  # evaluation files are small; skip anything big found while walking runs/
 
 
@@ -62,6 +75,8 @@ class Row:
     path: str
     train_seed: int = 0               # the evaluated run's --seed
     train_sticky_actions: float = 0.0  # the evaluated run's --sticky-actions
+    sticky_actions: float = 0.0       # the evaluation's repeat-action probability
+    fire_after_life_loss: bool = False  # FIRE pressed after a lost life: the run trained with --life-loss terminal
 
 
 def load_published(path: str | Path) -> dict[str, dict[str, Published]]:
@@ -118,12 +133,18 @@ def train_sticky_actions(ev: dict[str, Any]) -> float:
     return float(ev.get("train_sticky_actions") or 0.0)
 
 
+def fire_after_life_loss(ev: dict[str, Any]) -> bool:
+    """FIRE was pressed for the policy after a lost life: the run trained with --life-loss terminal."""
+    return str((ev.get("protocol") or {}).get("fire_after_life_loss", "")).startswith("FIRE")
+
+
 def select(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One evaluation per (game, policy, sticky actions played, training seed, sticky actions trained with):
-    most training frames, then newest."""
-    best: dict[tuple[str, str, float, int, float], dict[str, Any]] = {}
+    """One evaluation per (game, policy, sticky actions played, training seed, sticky actions trained with,
+    lost lives terminal or not): most training frames, then newest."""
+    best: dict[tuple[str, str, float, int, float, bool], dict[str, Any]] = {}
     for ev in evals:
-        key = (ev["game"], policy_label(ev), sticky_actions(ev), train_seed(ev), train_sticky_actions(ev))
+        key = (ev["game"], policy_label(ev), sticky_actions(ev), train_seed(ev), train_sticky_actions(ev),
+               fire_after_life_loss(ev))
         rank = (ev.get("frames") or 0, ev.get("date") or "")
         if key not in best or rank > (best[key].get("frames") or 0, best[key].get("date") or ""):
             best[key] = ev
@@ -138,7 +159,7 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
         cap, steps = proto.get("max_episode_frames"), proto.get("max_episode_steps")
         notes = ["" if cap is None or cap == STANDARD_MAX_EPISODE_FRAMES
                  else f"cap {steps:,} agent steps" if steps else f"cap {cap:,} frames",
-                 "FIRE after a lost life" if str(proto.get("fire_after_life_loss", "")).startswith("FIRE") else "",
+                 "FIRE after a lost life" if fire_after_life_loss(ev) else "",
                  f"sticky actions {sticky_actions(ev):g}" if sticky_actions(ev) else "",
                  f"training seed {train_seed(ev)}" if train_seed(ev) else "",
                  f"trained with sticky actions {train_sticky_actions(ev):g}" if train_sticky_actions(ev) else ""]
@@ -148,7 +169,8 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
                         episodes=int(ev["episodes"]), frames=ev.get("frames"),
                         train_wall_s=ev.get("train_wall_s"), core_hours=ev.get("core_hours"),
                         published={s: pub[s].score for s in SOURCES if s in pub}, path=ev["_path"],
-                        train_seed=train_seed(ev), train_sticky_actions=train_sticky_actions(ev)))
+                        train_seed=train_seed(ev), train_sticky_actions=train_sticky_actions(ev),
+                        sticky_actions=sticky_actions(ev), fire_after_life_loss=fire_after_life_loss(ev)))
     return rows
 
 
@@ -199,9 +221,96 @@ def render_table(rows: list[Row]) -> list[str]:
     return lines
 
 
+def headline_rows(rows: list[Row]) -> list[Row]:
+    """The README's table: per paper game, the paper protocol without sticky actions, of a run with the default
+    seed (0) trained without sticky actions; of a game's runs with and without terminal lost lives, the one with
+    them (the default for Atari games since 2026-12-02), then the one with more frames."""
+    by_game: dict[str, Row] = {}
+    for r in rows:
+        if r.policy == "paper" and not r.sticky_actions and not r.train_seed and not r.train_sticky_actions:
+            old = by_game.get(r.game)
+            if old is None or (r.fire_after_life_loss, r.frames or 0) > (old.fire_after_life_loss, old.frames or 0):
+                by_game[r.game] = r
+    return [by_game[g] for g in PAPER_GAMES if g in by_game]
+
+
+def render_headline(rows: list[Row]) -> list[str]:
+    """Ours beside the paper, Gorila, A2C and PPO: one row per game."""
+    pub = ("ba3c_paper", "gorila", "a2c_zoo", "ppo_cleanrl")
+    head = ["Game", "Ours (mean ± std, 50 games)", "Lost lives in training", "Frames", "Core-hours",
+            *(SOURCE_TITLES[s] for s in pub)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [title(r.game), _score(r.mean, r.std), "terminal" if r.fire_after_life_loss else "not terminal",
+                 _frames(r.frames), _num(r.core_hours, "{:,.2f}"), *(_num(r.published.get(s)) for s in pub)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_paper_rows(rows: list[Row]) -> list[str]:
+    """Every paper-protocol evaluation shown in SCORES.md (other seeds, sticky actions), with its file."""
+    head = ["Game", "Ours (mean ± std)", "Notes", "Episodes", "Frames", "Core-hours", "BA3C paper", "File"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted((r for r in rows if r.policy == "paper"), key=lambda r: (PAPER_GAMES.index(r.game)
+                    if r.game in PAPER_GAMES else len(PAPER_GAMES), r.game, r.train_seed, r.sticky_actions,
+                    r.train_sticky_actions)):
+        note = r.protocol_note.replace("cap 40,000 agent steps", "").strip(", ")
+        cells = [title(r.game), _score(r.mean, r.std), note or "-", str(r.episodes), _frames(r.frames),
+                 _num(r.core_hours, "{:,.2f}"), _num(r.published.get("ba3c_paper")), f"`{Path(r.path).name}`"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_scaling(path: str | Path) -> list[str]:
+    """The scaling headline from a scaling.json: measured frames/s and efficiency on this machine, and the
+    64-node projection (modelled) of the default exchange on the fitted node model."""
+    d = json.loads(Path(path).read_text())
+    lines = ["| setting | frames/s | efficiency | measured or modelled |", "|---|---|---|---|"]
+    for m in d["measured"]:
+        if m["layout"] == "core" and m["exchange"] == "sync":
+            what = "1 rank, 1 core" if m["ranks"] == 1 else f"{m['ranks']} ranks, 1 core each"
+            lines.append(f"| {what} | {m['frames_per_s']:,.0f} | {m['efficiency']:.2f} | measured, {d['date'][:10]} |")
+    for p in d["projection"]:
+        if (p["nodes"] == 64 and p["model"] == "nature" and p["exchange"] == "sync" and p["global_batch"] == 2048
+                and p["node_model"].startswith("fitted")):
+            lines.append(f"| 64 nodes x {d['projection_node']['cores']} cores, {p['network']} | "
+                         f"{p['frames_per_s']:,.0f} | {p['efficiency']:.2f} | modelled |")
+    return lines
+
+
+# marker pairs of the generated sections a Markdown file may hold
+SECTIONS = ((README_BEGIN, README_END), (ALL_PAPER_BEGIN, ALL_PAPER_END), (SCALING_BEGIN, SCALING_END))
+
+
+def sections(rows: list[Row], scaling_json: str | Path | None) -> dict[tuple[str, str], list[str]]:
+    """Each generated section's lines, by its markers (the scaling one only with a scaling.json)."""
+    out = {(README_BEGIN, README_END): render_headline(headline_rows(rows)),
+           (ALL_PAPER_BEGIN, ALL_PAPER_END): render_paper_rows(rows)}
+    if scaling_json:
+        out[(SCALING_BEGIN, SCALING_END)] = render_scaling(scaling_json)
+    return out
+
+
+def committed_sections() -> dict[tuple[str, str], list[str]]:
+    """The generated sections from the committed results alone (what README.md and the docs must show)."""
+    rows = build_rows(find_evals([SCORES_DIR]), load_published(DEFAULT_PUBLISHED))
+    return sections(rows, SCALING_JSON)
+
+
+def section_span(text: str, begin: str, end: str) -> tuple[int, int] | None:
+    """Where a section's lines go in `text`: after `begin`, before `end`; None when `begin` is absent."""
+    b = text.find(begin)
+    if b < 0:
+        return None
+    e = text.find(end, b)
+    if e < 0:
+        raise CompareError(f"{begin} has no {end} after it: put the two lines in this order around the section")
+    return b + len(begin), e
+
+
 def readme_section(path: str | Path, text: str) -> tuple[int, int]:
-    """Where the table goes in `text` (the file at `path`): the ends of README_BEGIN and of the text before
-    README_END; a clear error when the markers are missing or out of order."""
+    """Where the scores table goes in `text` (the file at `path`): a clear error when the markers are missing or
+    out of order."""
     begin, end = text.find(README_BEGIN), text.find(README_END)
     if begin < 0 or end < begin:
         raise CompareError(f"{path} has no scores section: put the lines {README_BEGIN} and {README_END} "
@@ -209,14 +318,32 @@ def readme_section(path: str | Path, text: str) -> tuple[int, int]:
     return begin + len(README_BEGIN), end
 
 
-def fill_readme(path: str | Path, table: list[str]) -> None:
-    """Replace what lies between README_BEGIN and README_END in `path` with `table` (written beside, then
-    renamed over, so a crash leaves the old file whole)."""
+def check_markers(path: str | Path, text: str) -> None:
+    """A file to fill must hold at least one section, each with its end marker after it."""
+    try:
+        spans = [section_span(text, b, e) for b, e in SECTIONS]
+    except CompareError as e:
+        raise CompareError(f"{path}: {e}") from None
+    if not any(spans):
+        readme_section(path, text)  # says which lines to add
+
+
+def filled(text: str, table: dict[tuple[str, str], list[str]]) -> str:
+    """`text` with every section it holds replaced by its lines (blank lines around them: Markdown ends a table)."""
+    for (begin, end), lines in table.items():
+        span = section_span(text, begin, end)
+        if span:
+            text = text[:span[0]] + "\n\n" + "\n".join(lines) + "\n\n" + text[span[1]:]
+    return text
+
+
+def fill_readme(path: str | Path, table: dict[tuple[str, str], list[str]]) -> None:
+    """Rewrite the generated sections of `path` (written beside, then renamed over, so a crash leaves the old
+    file whole)."""
     text = Path(path).read_text()
-    head_end, tail_start = readme_section(path, text)
+    check_markers(path, text)
     tmp = Path(str(path) + ".new")
-    # blank lines: Markdown ends the table
-    tmp.write_text(text[:head_end] + "\n\n" + "\n".join(table) + "\n\n" + text[tail_start:])
+    tmp.write_text(filled(text, table))
     os.replace(tmp, path)
 
 
@@ -296,19 +423,23 @@ def plot(rows: list[Row], path: str | Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("paths", nargs="*", help="evaluation JSON files or directories to search "
-                   "(default: benchmarks/results and runs)")
+                   "(default: benchmarks/results/scores and runs)")
     p.add_argument("--published", default=str(DEFAULT_PUBLISHED), help="CSV of published scores")
-    p.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="directory for SCORES.md and scores.png")
-    p.add_argument("--readme", default="", help="also write the table into this file, between the lines "
-                   f"'{README_BEGIN}' and '{README_END}'")
+    p.add_argument("--out", default=str(SCORES_DIR), help="directory for SCORES.md and scores.png")
+    p.add_argument("--readme", action="append", default=[],
+                   help="also rewrite this Markdown file's generated sections (repeatable), each between its marker "
+                        f"lines, e.g. '{README_BEGIN}' and '{README_END}'")
+    p.add_argument("--scaling", default=str(SCALING_JSON),
+                   help="the scaling benchmark's JSON for the scaling section ('' for none)")
     args = p.parse_args(argv)
-    missing = [x for x in [*args.paths, *([args.readme] if args.readme else [])] if not os.path.exists(x)]
+    wanted = [*args.paths, *args.readme, *([args.scaling] if args.scaling else [])]
+    missing = [x for x in wanted if not os.path.exists(x)]
     if missing:
         print(f"compare: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return 2
     try:  # before any work: a README without its markers is refused now, not after the table is built
-        if args.readme:
-            readme_section(args.readme, Path(args.readme).read_text())
+        for f in args.readme:
+            check_markers(f, Path(f).read_text())
     except CompareError as e:
         print(f"compare: error: {e}", file=sys.stderr)
         return 2
@@ -327,14 +458,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "SCORES.md").write_text(render_markdown(rows, published, args.published))
     plot(rows, out / "scores.png")
-    if args.readme:
+    generated = sections(rows, args.scaling or None)
+    for f in args.readme:
         try:
-            fill_readme(args.readme, render_table(rows))
+            fill_readme(f, generated)
         except CompareError as e:
             print(f"compare: error: {e}", file=sys.stderr)
             return 2
     print(f"compare: {len(rows)} row(s) -> {out / 'SCORES.md'}, {out / 'scores.png'}"
-          + (f", {args.readme}" if args.readme else ""))
+          + "".join(f", {f}" for f in args.readme))
     return 0
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 16-core device run of the scaling benchmark, as one prepared script (see ../shared/device.md).
+# The scaling benchmark on a 16-core machine, as one prepared script (docs/results/scaling.md says why).
 # Most important points first (1 and 16 ranks, overlap, one fat rank, the no-exchange control at
 # 16), so a run cut short by the
 # device's time limit still answers the main question. Results go to $OUT (JSON + log per part).

@@ -12,8 +12,9 @@ checkpoint and CSVs are kept in `benchmarks/results/state/GAME/` at the end of e
 (about 20 MB; git-ignored: copy it with the checkout): where the run directory is gone the same
 command continues from there, and where neither is there the game starts again from frame 0 (said so). A game at its
 cap is evaluated with the paper's protocol, 50 episodes, on its final checkpoint
-(`benchmarks/results/eval-GAME-paper.json`), and `benchmarks/results/SCORES.md` is rebuilt; then the
-next game starts. Order and targets follow the issue that asked for them: Breakout first (40 M
+(`benchmarks/results/scores/eval-GAME-paper.json`), and `benchmarks/results/scores/SCORES.md` is rebuilt
+(with the README's and docs/results/scores.md's tables); then the next game starts. Each run's
+time_to_score results go to `benchmarks/results/time_to_score/`. Order and targets follow the issue that asked for them: Breakout first (40 M
 frames; target the paper's 350, its early-stop threshold 300 is read from eval.csv), then Boxing,
 Space Invaders, Seaquest and Beam Rider for 20 M frames each, then Pong (20; the committed Pong run
 scored 19.0 and its checkpoint is not kept).
@@ -77,12 +78,22 @@ def parse_game(text: str) -> Game:
         raise argparse.ArgumentTypeError(f"{text!r}: TARGET must be a number and FRAME_CAP an integer") from None
 
 
+def tts_dir(args: argparse.Namespace) -> str:
+    """OUT/time_to_score: each game's time_to_score results."""
+    return os.path.join(args.out, "time_to_score")
+
+
+def scores_dir(args: argparse.Namespace) -> str:
+    """OUT/scores: each game's 50-game evaluation, SCORES.md and scores.png."""
+    return os.path.join(args.out, "scores")
+
+
 def result_path(args: argparse.Namespace, g: Game) -> str:
-    return os.path.join(args.out, f"time_to_score-{g.name.lower()}-{TAG}.json")
+    return os.path.join(tts_dir(args), f"time_to_score-{g.name.lower()}-{TAG}.json")
 
 
 def eval_path(args: argparse.Namespace, g: Game) -> str:
-    return os.path.join(args.out, f"eval-{g.name.lower()}-paper.json")
+    return os.path.join(scores_dir(args), f"eval-{g.name.lower()}-paper.json")
 
 
 def state_dir(args: argparse.Namespace, g: Game) -> str:
@@ -112,7 +123,7 @@ def train(args: argparse.Namespace, g: Game, hours: float, extra: list[str]) -> 
     argv = ["--env", g.name, "--criterion", "eval", "--target", str(g.target), "--total-frames", str(g.frame_cap),
             "--eval-every-frames", str(args.eval_every_frames), "--eval-episodes", str(args.eval_episodes),
             "--max-hours", f"{hours:.4f}", "--nice", str(args.nice), "--run-dir", run_dir(args, g),
-            "--state-dir", state_dir(args, g), "--out-dir", args.out, "--tag", TAG, "--train-past-target"]
+            "--state-dir", state_dir(args, g), "--out-dir", tts_dir(args), "--tag", TAG, "--train-past-target"]
     time_to_score.main(argv + (["--", *extra] if extra else []))
 
 
@@ -124,10 +135,12 @@ def evaluate(args: argparse.Namespace, g: Game) -> None:
            str(args.final_episodes), "--policy", "paper", "--json", eval_path(args, g)]
     print("paper_games:", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, env=harness.child_env())
-    # The README's table shows the committed results: refreshed only when they are what was written.
-    readme = os.path.join(harness.ROOT, "README.md")
+    # The README's and the scores page's tables show the committed results: refreshed only when they are what
+    # was written.
+    docs = [os.path.join(harness.ROOT, "README.md"), os.path.join(harness.ROOT, "docs", "results", "scores.md")]
     same = os.path.abspath(args.out) == os.path.abspath(harness.RESULTS)
-    compare.main([args.out, "--out", args.out, *(["--readme", readme] if same else [])])
+    compare.main([scores_dir(args), "--out", scores_dir(args),
+                  *([a for d in docs if os.path.exists(d) for a in ("--readme", d)] if same else [])])
 
 
 def print_status(rows: list[Standing]) -> None:
@@ -152,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--final-episodes", type=int, default=50, help="episodes of the evaluation of a finished game")
     p.add_argument("--runs-dir", default=os.path.join("runs", "paper_games"))
     p.add_argument("--state-root", default=os.path.join(harness.RESULTS, "state"))
-    p.add_argument("--out", default=harness.RESULTS)
+    p.add_argument("--out", default=harness.RESULTS,
+                   help="results root: time_to_score results go to OUT/time_to_score, evaluations to OUT/scores")
     # anything after `--` goes to every trainer (e.g. `-- --num-envs 8`); the trainer rejects what it does not know
     args, extra = p.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]

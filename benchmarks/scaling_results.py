@@ -129,11 +129,11 @@ def score(data: ScalingData) -> list[Scored]:
     return out
 
 
-# Measured on the lent 16-core device (../shared/device.md, 2026-11): the Nature CNN train step alone
+# Measured on a lent 16-core Xeon (2026-11; docs/results/scaling.md, 'A node's cores'): the Nature CNN train step alone
 # (no simulators) at batch 32 ran 1,187 samples/s on one TF thread and 3,050 on 16. Until a 16-core
 # run of the whole trainer exists this is the only many-core point; labelled as a proxy.
-DEVICE_SPEEDUPS = (sm.SpeedupPoint(16, 3050.0 / 1187.0, "device.md: train step alone (proxy for the pipeline), "
-                                                         "batch 32, 16 vs 1 TF threads, 16-core Xeon"),)
+DEVICE_SPEEDUPS = (sm.SpeedupPoint(16, 3050.0 / 1187.0, "lent machine, 2026-11: train step alone (proxy for the "
+                                                         "pipeline), batch 32, 16 vs 1 TF threads, 16-core Xeon"),)
 
 
 def node_speedups(data: ScalingData) -> list[sm.SpeedupPoint]:

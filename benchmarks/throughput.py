@@ -14,7 +14,7 @@ E, F and T are each measured for half of --seconds before P and half after it, a
 One agent step = one predictor sample = one train sample, so the stages are comparable. If the
 three stages ran one after another on all cores, the rate would be C = 1/(1/E + 1/F + 1/T);
 efficiency = P / C (above 1 means the trainer overlaps stages better than strictly serial).
-Writes DIR/throughput.json and DIR/throughput.png (DIR: benchmarks/results).
+Writes DIR/throughput.json and DIR/throughput.png (DIR: benchmarks/results/throughput).
 """
 from __future__ import annotations
 
@@ -170,7 +170,7 @@ def plot(rates: dict[str, float], efficiency: float, path: str) -> None:
 
 @dataclass(frozen=True)
 class Throughput:
-    """One run's result (benchmarks/results/throughput.json): rates in agent steps (= samples) per second."""
+    """One run's result (benchmarks/results/throughput/throughput.json): rates in agent steps (= samples) per second."""
     env_steps_per_s: float
     forward_samples_per_s: float
     train_samples_per_s: float
@@ -208,7 +208,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds the trainer runs after its first progress row (P)")
     p.add_argument("--warmup-frac", type=float, default=0.2, help="leading fraction of the trainer's run excluded")
     p.add_argument("--quick", action="store_true", help="short smoke run (about a minute; numbers are rough)")
-    p.add_argument("--out", default=harness.RESULTS, help="output folder")
+    p.add_argument("--out", default=os.path.join(harness.RESULTS, "throughput"), help="output folder")
     p.add_argument("--keep-run-dir", action="store_true", help="keep the trainer's run directory (path printed)")
     args = p.parse_args(argv)
     if args.quick:

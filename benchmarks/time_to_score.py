@@ -14,7 +14,7 @@ and the target is met when an evaluation mean reaches it. `--criterion train20`:
 policy, progress.csv). The child is stopped with SIGTERM (it checkpoints first) at the target; the
 time budget it keeps itself (`--max-minutes`), so a trainer that reaches --total-frames within the
 budget still finishes and records its last periodic evaluations (the harness allows
-`--final-eval-minutes` more before it ends the child). Writes benchmarks/results/time_to_score-GAME[-TAG].json, the curve
+`--final-eval-minutes` more before it ends the child). Writes benchmarks/results/time_to_score/time_to_score-GAME[-TAG].json, the curve
 PNG, the run's config and its CSVs (eval.csv, events.csv, and progress.csv's main columns). Core-hours are the CPU seconds all ranks used (progress.csv's cpu_s), so
 they stay honest on a shared machine; where a run has no cpu_s the JSON says the figure is wall x cores.
 """
@@ -51,7 +51,7 @@ CRITERIA = {"eval": Criterion("eval.csv", "score_mean", "periodic evaluation mea
 
 @dataclass(frozen=True)
 class TimeToScore:
-    """benchmarks/results/time_to_score-GAME[-TAG].json (numbers unrounded)."""
+    """benchmarks/results/time_to_score/time_to_score-GAME[-TAG].json (numbers unrounded)."""
     env: str
     target: float
     reached: bool
@@ -95,7 +95,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], float]
                    help="the trainer's --keep-every-frames: a checkpoint past every multiple of this many frames is "
                         "kept for good (rotation never deletes it; about 20 MB each for the Nature CNN; 0: off)")
     p.add_argument("--run-dir", default="")
-    p.add_argument("--out-dir", default=harness.RESULTS)
+    p.add_argument("--out-dir", default=os.path.join(harness.RESULTS, "time_to_score"))
     p.add_argument("--nice", type=int, default=0, help="run the trainer at this niceness")
     p.add_argument("--criterion", choices=tuple(CRITERIA), default="eval",
                    help="eval: periodic evaluation mean (paper protocol unless --eval-policy is passed on); "

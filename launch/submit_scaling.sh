@@ -6,10 +6,10 @@
 # NODE_COUNTS  node counts to submit (default "1 2 4 8 16 32 64")
 # Partition, account and time limit: sbatch's own variables, e.g.
 #   SBATCH_PARTITION=cpu SBATCH_ACCOUNT=proj SBATCH_TIMELIMIT=0:30:00 launch/submit_scaling.sh
-# Output: benchmarks/results/cluster/nodes-NNN/ and the job logs next to them.
+# Output: benchmarks/results/scaling/cluster/nodes-NNN/ and the job logs next to them.
 set -euo pipefail
 cd "$(dirname "$0")/.."  # the repository root: the jobs' submit dir, where .venv and benchmarks/ are
-results=benchmarks/results/cluster
+results=benchmarks/results/scaling/cluster
 mkdir -p "$results"  # SLURM does not create the directory of --output
 for n in ${NODE_COUNTS:-1 2 4 8 16 32 64}; do
   tag=$(printf 'nodes-%03d' "$n")

@@ -42,7 +42,7 @@ def test_scaling_quick(tmp_path):
     assert all(m["startup_s"] > 0 and m["outcome"] == "stopped" for m in measured.values())
 
     # --analyze-only re-reads what it wrote (and files in the older layout, the committed results)
-    for src in (tmp_path / "scaling.json", ROOT / "benchmarks" / "results" / "scaling.json"):
+    for src in (tmp_path / "scaling.json", ROOT / "benchmarks" / "results" / "scaling" / "scaling.json"):
         q = subprocess.run([sys.executable, "-m", "benchmarks.scaling", "--analyze-only", str(src),
                             "--out", str(tmp_path / "again")], cwd=ROOT, env=subprocess_env(),
                            capture_output=True, text=True, timeout=120)
