@@ -143,13 +143,17 @@ def read_verified(path: str) -> Checkpoint:
     return Checkpoint(path, arrays, meta)
 
 
-def load_latest(ckpt_dir: str) -> Checkpoint | None:
-    """Newest checkpoint that verifies; bad newer ones are named in a warning and skipped."""
+def load_latest(ckpt_dir: str, skipped: list[str] | None = None) -> Checkpoint | None:
+    """Newest checkpoint that verifies; bad newer ones are skipped, each named in a warning line, or (given
+    `skipped`) added to it as 'name: why' for the caller to say in its own words."""
     for path in reversed(list_all(ckpt_dir)):
         try:
             return read_verified(path)
         except Exception as e:  # any unreadable file: fall back to the next older one
-            print(f"ba3c: WARNING: skipping checkpoint {path}: {e}", file=sys.stderr, flush=True)
+            if skipped is not None:
+                skipped.append(f"{os.path.basename(path)}: {e}")
+            else:
+                print(f"ba3c: WARNING: skipping checkpoint {path}: {e}", file=sys.stderr, flush=True)
     return None
 
 
