@@ -1,4 +1,4 @@
-"""Put our evaluation scores next to the BA3C paper's, Gorila's, A2C's and PPO's at 40 M frames, and the human and random baselines.
+"""Our evaluation scores beside the BA3C paper's, Gorila's, A2C's and PPO's at 40 M frames, and human and random play.
 
     python -m benchmarks.compare [PATH ...] [--published benchmarks/published_scores.csv] [--out DIR]
     python -m benchmarks.compare benchmarks/results/scores --readme README.md --readme docs/results/scores.md
@@ -351,7 +351,8 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
     lines = ["# Scores", "",
              "Our numbers: `python -m ba3c.evaluate` (raw game score of full games, up to 30 no-op starts, "
              "no sticky actions, episodes capped at 108,000 frames unless noted). Published numbers: "
-             f"`{_display(published_path)}`. Protocols differ, so read the comparison with them in mind (see the notes).", "",
+             f"`{_display(published_path)}`. Protocols differ, so read the comparison with them in mind "
+             "(see the notes).", "",
              *render_table(rows)]
     lines += ["", "## Notes", ""]
     shown = {s for r in rows for s in r.published}
@@ -363,8 +364,9 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
         citations = sorted({e.citation for e in entries})
         lines.append(f"* **{SOURCE_TITLES[s]}**: {'; '.join(protocols)}. {' / '.join(citations)}.")
     if any(r.policy == "paper" for r in rows):
-        lines.append("* Our **paper** protocol is the BA3C authors' evaluation (argmax, a random action with probability "
-                     "0.001, action 1 (FIRE) at 30 identical choices in a row, episodes capped at 40,000 agent steps) "
+        lines.append("* Our **paper** protocol is the BA3C authors' evaluation (argmax, a random action with "
+                     "probability 0.001, action 1 (FIRE) at 30 identical choices in a row, episodes capped at "
+                     "40,000 agent steps) "
                      "on our environment (ALE, frameskip 4, no sticky actions); they played gym's *-v0 games (sticky "
                      "actions 0.25, frameskip 2-4). Our **greedy** rows are plain argmax, without the anti-stuck rule.")
     if "gorila" in shown:
@@ -377,7 +379,8 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
                      "(lost lives end its training episodes, the return counts full games), neither with the "
                      "paper's greedy protocol.")
     if any(r.train_sticky_actions for r in rows):
-        lines.append("* A row noted \"trained with sticky actions P\" comes from a run trained with `--sticky-actions P` "
+        lines.append("* A row noted \"trained with sticky actions P\" comes from a run trained with "
+                     "`--sticky-actions P` "
                      "(the others trained without); \"sticky actions P\" alone says how the evaluation was played.")
     if any(r.train_seed for r in rows):
         lines.append("* Rows without a training seed come from runs of the default seed (0); a row noted "

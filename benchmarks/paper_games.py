@@ -3,21 +3,21 @@
     python -m benchmarks.paper_games --max-hours 2.5      # continue the first unfinished game
     python -m benchmarks.paper_games --status             # where each game stands
 
-Each game is a `benchmarks.time_to_score` run with the default config on one rank, trained to the
-game's frame cap, with the trainer's periodic evaluation (the paper's protocol: argmax, anti-stuck
-rule, 40,000-step cap; 10 games) recording when it first reached the game's target (the JSON's
-frames_to_target) without stopping there: 10 games are too few to end a run on (Breakout's scored
-371.5 at 16 M frames, the 50-game evaluation of the checkpoint at 18.6 M 292.8). The run's newest
-checkpoint and CSVs are kept in `benchmarks/results/state/GAME/` at the end of every invocation
-(about 20 MB; git-ignored: copy it with the checkout): where the run directory is gone the same
-command continues from there, and where neither is there the game starts again from frame 0 (said so). A game at its
-cap is evaluated with the paper's protocol, 50 episodes, on its final checkpoint
+Each game is a `benchmarks.time_to_score` run with the default config on one rank, trained to the game's
+frame cap, with the trainer's periodic evaluation (the paper's protocol: argmax, anti-stuck rule,
+40,000-step cap; 10 games) recording when it first reached the game's target (the JSON's
+frames_to_target) without stopping there: 10 games are too few to end a run on (Breakout's scored 371.5
+at 16 M frames, the 50-game evaluation of the checkpoint at 18.6 M 292.8). The run's newest checkpoint
+and CSVs are kept in `benchmarks/results/state/GAME/` at the end of every invocation (about 20 MB;
+git-ignored: copy it with the checkout): where the run directory is gone the same command continues from
+there, and where neither is there the game starts again from frame 0 (said so). A game at its cap is
+evaluated with the paper's protocol, 50 episodes, on its final checkpoint
 (`benchmarks/results/scores/eval-GAME-paper.json`), and `benchmarks/results/scores/SCORES.md` is rebuilt
 (with the README's and docs/results/scores.md's tables); then the next game starts. Each run's
-time_to_score results go to `benchmarks/results/time_to_score/`. Order and targets follow the issue that asked for them: Breakout first (40 M
-frames; target the paper's 350, its early-stop threshold 300 is read from eval.csv), then Boxing,
-Space Invaders, Seaquest and Beam Rider for 20 M frames each, then Pong (20; the committed Pong run
-scored 19.0 and its checkpoint is not kept).
+time_to_score results go to `benchmarks/results/time_to_score/`. Order and targets follow the issue that
+asked for them: Breakout first (40 M frames; target the paper's 350, its early-stop threshold 300 is
+read from eval.csv), then Boxing, Space Invaders, Seaquest and Beam Rider for 20 M frames each, then
+Pong (20; the committed Pong run scored 19.0 and its checkpoint is not kept).
 """
 from __future__ import annotations
 
