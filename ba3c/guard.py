@@ -3,7 +3,7 @@ healthy state, without a person.
 
 Why it is needed: once the softmax saturates, the policy gradient of the sampled (argmax) actions
 and the entropy bonus both vanish with the saturation, so nothing pulls the policy back; it can sit
-there for thousands of updates (benchmarks/results/collapse-diagnosis.json). What the guard does,
+there for thousands of updates (docs/topics/collapse-guard.md). What the guard does,
 at every sync point:
 
 * `IntervalRecorder` (every rank) sums what each update reported since the last sync point: the

@@ -1,6 +1,6 @@
 """Weak scaling of the full trainer, allreduce cost, a fitted update-time model and its projection.
 
-    python -m benchmarks.scaling [--quick] [--ranks 1,2,4] [--seconds 25] [--out benchmarks/results/scaling] [-- TRAINER FLAGS]
+    python -m benchmarks.scaling [--quick] [--ranks 1,2,4] [--seconds 25] [--out DIR] [-- TRAINER FLAGS]
 
 1. Weak scaling (measured): for each rank count r, `mpirun -np r python -m ba3c.train` on Pong with
    a fixed per-rank config, in two layouts: `core` (one core, one thread per rank, ranks bound to
@@ -19,7 +19,7 @@
    (measured by studies/batch_scaling, interpolated between measured batches; where no measurement
    answers, MODELLED from the gradient noise scale batch_scaling.json holds) / projected frames/s, beside
    ideal linear scaling and the paper's 21 minutes on 64 nodes.
-Writes scaling.json and scaling.png in --out, and prints a table.
+Writes scaling.json and scaling.png in --out (default benchmarks/results/scaling), and prints a table.
 """
 from __future__ import annotations
 
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     if exposed:
         out["projection_exposed"] = {
             "shares": exposed, "modelled": True,
-            "note": "--exposed: each mode's exposed share of the exchange (e.g. benchmarks/exchange.py's "
+            "note": "--exposed: each mode's exposed share of the exchange (e.g. studies/exchange's "
                     "projection_input, measured on one box at 2 ranks), applied to the modelled allreduce at every "
                     "node count and network: t = t_compute + share x t_allreduce. That the share carries over from "
                     "the box to a cluster is an assumption."}

@@ -18,7 +18,7 @@ Frames to a score at batch B from the noise scale B_noise (McCandlish et al. 201
 large-batch training": E(B) = E_min (1 + B / B_noise)), applied to each frame window of a run measured at b:
     frames(B) = sum over windows of frames_w x (1 + B / B_noise,w) / (1 + b / B_noise,w).
 A link of line rate R carries TCP payload at R x (mtu - 52) / (mtu + framing) with full-size
-segments (benchmarks/shaped_links.py measures allreduce over such links).
+segments (studies/shaped_links measures allreduce over such links).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 `ScalingData` is what a run measures and saves after every step; `analyze()` derives a new
 `Analysis` from it (efficiencies, the fitted allreduce model, the projection) without changing it;
-`to_json()` writes both in the layout of benchmarks/results/scaling.json, and `ScalingData.from_json`
+`to_json()` writes both in the layout of benchmarks/results/scaling/scaling.json, and `ScalingData.from_json`
 reads that layout back (also files written before these classes existed), for --analyze-only.
 """
 from __future__ import annotations
@@ -221,7 +221,7 @@ def analyze(data: ScalingData, node_cores: int, fit_from: dict[str, Any] | None 
 
 
 def to_json(data: ScalingData, a: Analysis | None) -> dict[str, Any]:
-    """The layout of benchmarks/results/scaling.json (numbers unrounded)."""
+    """The layout of benchmarks/results/scaling/scaling.json (numbers unrounded)."""
     out: dict[str, Any] = {"machine": data.machine, "date": data.date, "config": data.config}
     scored = a.scored if a else [Scored(m) for m in data.measured]
     out["measured"] = [{**s.m.to_json(), **({"efficiency": s.efficiency} if s.efficiency is not None else {}),
