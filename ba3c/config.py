@@ -1,8 +1,8 @@
 """Frozen configuration dataclasses, their validation, the CLI built from them, and JSON I/O.
 
 Every option of `python -m ba3c.train` is a field below; its help text is the field's `help`
-metadata. Precedence (lowest first): field defaults, `--config FILE.json`, `--preset NAME`
-(only when given on the command line), explicit command-line flags.
+metadata. Precedence (lowest first): field defaults, the algorithm's (`ALGO_DEFAULTS`, by --algo),
+`--config FILE.json`, `--preset NAME` (only when given on the command line), explicit command-line flags.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
 ALLREDUCES = ("grouped", "per-tensor")
 COMPRESSIONS = ("none", "fp16")
-GUARD_MODES = ("rollback", "warn")
+GUARD_MODES = ("rollback", "warn", "off")
+ALGOS = ("ba3c", "gorila")
 LIFE_LOSS_MODES = ("auto", "ignore", "terminal")
 MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 MAX_SEED = 2**31 - 1  # ALE takes its seeds as 32-bit signed integers (TensorFlow's seeding: 32-bit unsigned)
@@ -88,6 +89,13 @@ class SimConfig:
 class LearnConfig:
     """Network, returns and optimizer."""
 
+    algo: str = _f("ba3c", "algorithm: ba3c (Batch A3C) or gorila (distributed DQN, Nair et al. 2015)",
+                   doc="gorila: every rank is a Gorila bundle, an actor (epsilon-greedy on the rank's live "
+                       "Q-network), its shard of the replay memory and a learner (the DQN loss against a target "
+                       "network) whose gradients every rank averages, as BA3C's are (docs/gorila.md). Its own "
+                       "settings are the gorila group's; for shared options it sets other defaults (ALGO_DEFAULTS, "
+                       "listed at the top of this page) under --config, --preset and flags. A resume may not change "
+                       "it.", choices=ALGOS)
     model: str = _f("auto", "network: auto (nature for images, mlp for vectors), nature, paper, mlp",
                     doc="paper is the BA3C authors' network, about 10x slower per sample on CPU than the Nature CNN; "
                         "--preset paper does not change the network. A resume may not change it.", choices=MODELS)
@@ -201,7 +209,8 @@ class RunConfig:
                              doc="A collapse: the policy entropy falls below --guard-entropy-floor, or to "
                                  "--guard-entropy-drop of its recent level. rollback restores the weights and Adam "
                                  "state of a healthy in-memory snapshot and goes on with a lower lr; warn only "
-                                 "reports it.", choices=GUARD_MODES)
+                                 "reports it; off: no guard (Gorila's default: a Q-network has no policy "
+                                 "entropy to watch).", choices=GUARD_MODES)
     guard_snapshot_updates: int = _f(200, "updates between the guard's in-memory snapshots",
                                      doc="Taken at healthy sync points; a rollback returns to the older of the last "
                                          "two (one to two such spans back).")
@@ -219,10 +228,44 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class GorilaConfig:
+    """Gorila mode (--algo gorila): replay memory, learning schedule, target network, exploration."""
+
+    replay_size: int = _f(1_000_000, "transitions in each rank's replay memory (Gorila: 1 M per bundle)",
+                          doc="Gorila's replay memory per bundle and CleanRL dqn_atari's buffer_size. Atari frames "
+                              "are stored once (84 x 84 bytes) and stacked when sampled: 1 M is about 7 GB per rank, "
+                              "checked against the host's memory before anything starts. The count is of frames "
+                              "stored, which also holds the 3 frames shown before each episode's first observation.")
+    learning_starts: int = _f(80_000, "agent steps each rank plays into its replay before its first update",
+                              doc="CleanRL dqn_atari: 80,000. Played again after every resume: the replay memory is "
+                                  "not saved with the checkpoints (docs/gorila.md), so each rank refills it at the "
+                                  "current epsilon; these agent steps count in --total-frames.")
+    train_every: int = _f(4, "agent steps per rank per update (CleanRL, Nature DQN: 4)",
+                          doc="The replay ratio: --train-batch samples per this many agent steps (32 per 4, 8 per "
+                              "step, CleanRL's and Nature DQN's). Kept fixed: the learner waits for the actor, and "
+                              "the actor waits when it is --queue-batches predictor batches ahead of the learner.")
+    target_every: int = _f(250, "updates between copies of the network into the target network",
+                           doc="CleanRL dqn_atari copies every 1,000 agent steps, 250 updates at one update per 4 "
+                               "steps; Nature DQN every 10,000 updates. A hard copy, at the same update on every "
+                               "rank.")
+    eps_start: float = _f(1.0, "exploration epsilon at the start (CleanRL, Nature DQN: 1)")
+    eps_end: float = _f(0.01, "exploration epsilon after --eps-decay-steps (CleanRL: 0.01; Nature DQN: 0.1)")
+    eps_decay_steps: int = _f(1_000_000, "agent steps, all ranks together, over which epsilon falls linearly",
+                              doc="CleanRL dqn_atari: 10% of its 10 M agent steps (Nature DQN: 1 M frames seen, also "
+                                  "agent steps). The schedule follows the run's agent steps across resumes.")
+    dqn_loss: str = _f("huber", "TD loss: huber (Nature DQN's clipped error) or mse (CleanRL dqn_atari)",
+                       choices=("huber", "mse"))
+    dqn_target: str = _f("max", "the bootstrap: max (DQN) or double (Double DQN, van Hasselt et al. 2016)",
+                         doc="max: r + gamma max_a Q_target(s', a); double: r + gamma Q_target(s', argmax_a Q(s', a)).",
+                         choices=("max", "double"))
+
+
+@dataclass(frozen=True)
 class Config:
     sim: SimConfig = field(default_factory=SimConfig)
     learn: LearnConfig = field(default_factory=LearnConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    gorila: GorilaConfig = field(default_factory=GorilaConfig)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -238,7 +281,18 @@ class Config:
         return Config(**{g: dataclasses.replace(getattr(self, g), **kw) for g, kw in groups.items()})
 
 
-_GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunConfig}
+_GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunConfig, "gorila": GorilaConfig}
+
+# Shared options whose good value depends on the algorithm: the defaults --algo chooses, under --config, --preset
+# and flags (ba3c.train.resolve); config.json records the values resolved. Gorila's (docs/gorila.md): CleanRL
+# dqn_atari's Adam (lr 1e-4, epsilon 1e-8, PyTorch's default), batch 32 and no gradient clipping (the Huber loss
+# bounds each sample's gradient); the lr not scaled with the ranks (none measured); 8 synchronous simulators per
+# rank (CleanRL plays 1); no collapse guard (it watches a policy's entropy); DQN's evaluation (epsilon 0.05).
+ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ba3c": {},
+    "gorila": dict(lr=1e-4, adam_eps=1e-8, train_batch=32, clip_norm=0.0, lr_scaling="none", num_envs=8,
+                   predict_batch=8, collapse_guard="off", eval_policy="egreedy"),
+}
 
 # Options added after runs were saved, and the value a saved config that lacks one ran with (which
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
@@ -246,6 +300,8 @@ IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": 
                                              "noise_scale_every": 0,
                                              "decorrelate_steps": 0, "lr_decay": "none", "lr_decay_frames": 0,
                                              "sticky_actions": 0.0, "checkpoint_max_failures": 3}
+# Runs saved before Gorila mode existed are BA3C runs; the gorila group's defaults stand in for its options there.
+IMPLIED_BY_OLDER_CONFIGS.update(algo="ba3c", **{f.name: f.default for f in fields(GorilaConfig)})
 
 # Options removed because their experiments measured no gain (the README's batch-scaling results; the code is
 # in git history: REMOVED_IN names the last commit that has it). A saved config may still hold them. The value
@@ -293,7 +349,7 @@ def field_type(f: Any) -> type:
 def validate(cfg: Config) -> None:
     """Reject configurations that cannot run, naming the option and what would be valid."""
     s, l, r = cfg.sim, cfg.learn, cfg.run
-    for group in (s, l, r):
+    for group in (s, l, r, cfg.gorila):
         for f in fields(group):
             v = getattr(group, f.name)
             want = field_type(f)
@@ -372,6 +428,38 @@ def validate(cfg: Config) -> None:
     if l.noise_scale_every and r.rehearse_ranks == 1 and l.train_batch < 8:
         raise ConfigError(f"--noise-scale-every needs sub-batches of at least 2 samples: --train-batch {l.train_batch} "
                           f"/ 4 is less; raise --train-batch to 8 or more, or rehearse ranks (--rehearse-ranks)")
+    validate_gorila(cfg)
+
+
+def validate_gorila(cfg: Config) -> None:
+    """The gorila group's values, and what Gorila mode cannot combine with."""
+    g, s, l, r = cfg.gorila, cfg.sim, cfg.learn, cfg.run
+    for name in ("replay_size", "train_every", "target_every"):
+        if getattr(g, name) <= 0:
+            raise ConfigError(f"{_flag(name)}: must be > 0, got {getattr(g, name)}")
+    for name in ("learning_starts", "eps_decay_steps"):
+        if getattr(g, name) < 0:
+            raise ConfigError(f"{_flag(name)}: must be >= 0, got {getattr(g, name)}")
+    for name in ("eps_start", "eps_end"):
+        if not 0.0 <= getattr(g, name) <= 1.0:
+            raise ConfigError(f"{_flag(name)}: must be in [0, 1] (a probability of a random action), got "
+                              f"{getattr(g, name)}")
+    if l.algo != "gorila":
+        return
+    # a stacked observation needs its 4 frames and its successor in one environment's stream of the replay
+    if g.replay_size // s.num_envs < 6:
+        raise ConfigError(f"--replay-size {g.replay_size} leaves {g.replay_size // s.num_envs} transitions to each of "
+                          f"--num-envs {s.num_envs} simulators; use at least {6 * s.num_envs}")
+    not_with = [("--collapse-guard", r.collapse_guard, "off", "the guard watches a policy's entropy, and a Q-network "
+                 "has none"),
+                ("--exchange", l.exchange, "sync", "the target copy needs every update applied when it is made"),
+                ("--rehearse-ranks", r.rehearse_ranks, 1, "a rehearsal of Gorila ranks is not built"),
+                ("--noise-scale-every", l.noise_scale_every, 0, "it measures BA3C's policy-gradient term"),
+                ("--decorrelate-steps", s.decorrelate_steps, 0, "an epsilon of 1 at the start already plays at "
+                 "random")]
+    for flag, value, want, why in not_with:
+        if value != want:
+            raise ConfigError(f"{flag} {value} does not go with --algo gorila ({why}); use {flag} {want}")
 
 
 def sticky_actions_problem(option: str, p: float, env_kind: str = "atari", env_name: str = "") -> str | None:

@@ -1,9 +1,15 @@
-"""Loss, compiled train step, Adam, gradient clipping and the gradient exchange between ranks."""
+"""Loss, compiled train step, Adam, gradient clipping and the gradient exchange between ranks.
+
+The loss is the algorithm's (BA3C's `A2CLoss` here, Gorila's `ba3c.gorila.DQNLoss`); everything else in an
+update (the compiled fused step, the exchange, clipping, Adam, the state that checkpoints and the start-up
+broadcast carry) is shared.
+"""
 from __future__ import annotations
 
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -15,9 +21,7 @@ from ba3c.experience import TrainBatch
 
 @dataclass
 class StepStats:
-    policy_loss: float
-    value_loss: float
-    entropy: float
+    terms: dict[str, float]  # the loss's statistics by name (A2CLoss.names, DQNLoss.names): progress.csv columns
     grad_norm: float
     train_s: float       # whole update, wall time
     allreduce_s: float   # exposed exchange: the part of the update spent waiting for averaged gradients after
@@ -32,6 +36,11 @@ class StepStats:
     pg_sq_big: float = float("nan")
     b_small: int = 0
     b_big: int = 0
+
+    @property
+    def entropy(self) -> float:
+        """The policy entropy the collapse guard watches (nan for a loss without a policy)."""
+        return self.terms.get("entropy", float("nan"))
 
 
 def noise_scale(grad_sq_small: float, grad_sq_big: float, b_small: int, b_big: int) -> tuple[float, float, float]:
@@ -59,16 +68,59 @@ def _clip(tf, grads: list, mode: str, threshold: float) -> tuple[list, object]:
     return out, norm
 
 
+class A2CLoss:
+    """BA3C's loss: policy gradient + value_coef x value regression - entropy_coef x entropy, on n-step returns.
+
+    The interface every algorithm's loss has: `names` (its three statistics), `inputs(batch)` (the batch's
+    arrays it takes), `__call__(model, *inputs)` (in graph: the loss and its statistics), `after_update(updates)`
+    and `state_variables()` (what checkpoints carry besides the network and Adam)."""
+
+    names = ("policy_loss", "value_loss", "entropy")
+
+    def __init__(self, cfg: LearnConfig) -> None:
+        self.value_coef, self.entropy_coef = cfg.value_coef, cfg.entropy_coef
+
+    @staticmethod
+    def inputs(batch: TrainBatch) -> tuple[np.ndarray, ...]:
+        return batch.obs, batch.actions, batch.returns, batch.advantages
+
+    @staticmethod
+    def terms(model, obs, actions, returns, advantages) -> tuple[Any, Any, Any]:
+        """The loss's terms on a batch: policy gradient, value regression, entropy."""
+        import tensorflow as tf
+
+        logits, value = model(obs, training=True)
+        logp = tf.nn.log_softmax(logits)
+        policy_loss = -tf.reduce_mean(tf.gather(logp, actions, batch_dims=1) * advantages)
+        value_loss = 0.5 * tf.reduce_mean(tf.square(returns - tf.squeeze(value, -1)))
+        entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(logp) * logp, -1))
+        return policy_loss, value_loss, entropy
+
+    def __call__(self, model, *inputs) -> tuple[Any, Any]:
+        import tensorflow as tf
+
+        policy_loss, value_loss, entropy = self.terms(model, *inputs)
+        loss = policy_loss + self.value_coef * value_loss - self.entropy_coef * entropy
+        return loss, tf.stack([policy_loss, value_loss, entropy])
+
+    def after_update(self, updates: int) -> None:
+        pass
+
+    def state_variables(self) -> list:
+        return []
+
+
 class Learner:
     """Owns the optimizer; `train(batch)` makes one synchronous update on every rank."""
 
     def __init__(self, model, cfg: LearnConfig, dist: Dist, lr: float, warmup_updates: int,
-                 noise_sub_batch: int = 0) -> None:
+                 noise_sub_batch: int = 0, loss: Any = None) -> None:
         import keras
         import tensorflow as tf
 
         self._tf = tf
         self.model, self.cfg, self.dist = model, cfg, dist
+        self.loss = loss if loss is not None else A2CLoss(cfg)  # the algorithm's (A2CLoss's interface)
         self.base_lr, self.warmup = lr, warmup_updates
         self.opt = keras.optimizers.Adam(learning_rate=lr, beta_1=cfg.beta1, beta_2=cfg.beta2, epsilon=cfg.adam_eps)
         self.opt.build(model.trainable_variables)
@@ -110,22 +162,11 @@ class Learner:
             self._update = self._update_fused
 
     # ---- graph pieces
-    def _losses(self, obs, actions, returns, advantages):
-        """The A2C loss's terms on a batch: policy gradient, value regression, entropy."""
-        tf = self._tf
-        logits, value = self.model(obs, training=True)
-        logp = tf.nn.log_softmax(logits)
-        policy_loss = -tf.reduce_mean(tf.gather(logp, actions, batch_dims=1) * advantages)
-        value_loss = 0.5 * tf.reduce_mean(tf.square(returns - tf.squeeze(value, -1)))
-        entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(logp) * logp, -1))
-        return policy_loss, value_loss, entropy
-
-    def _loss_and_grads(self, obs, actions, returns, advantages):
+    def _loss_and_grads(self, *inputs):
         tf = self._tf
         k = self._late_from
         with tf.GradientTape(persistent=k is not None) as tape:
-            policy_loss, value_loss, entropy = self._losses(obs, actions, returns, advantages)
-            loss = policy_loss + self.cfg.value_coef * value_loss - self.cfg.entropy_coef * entropy
+            loss, stats = self.loss(self.model, *inputs)
         variables = self.model.trainable_variables
         if k is None or k == 0:
             grads = tape.gradient(loss, variables)
@@ -133,16 +174,16 @@ class Learner:
             late = tape.gradient(loss, variables[k:])
             with tf.control_dependencies(late):
                 grads = tape.gradient(loss, variables[:k]) + late
-        return grads, tf.stack([policy_loss, value_loss, entropy])
+        return grads, stats
 
     def _apply_grads(self, grads):
         clipped, norm = _clip(self._tf, list(grads), self.cfg.clip_mode, self.cfg.clip_norm)
         self.opt.apply_gradients(zip(clipped, self.model.trainable_variables))
         return norm
 
-    def _fused_step(self, average, exchanges: bool, obs, actions, returns, advantages):
+    def _fused_step(self, average, exchanges: bool, *inputs):
         tf = self._tf
-        grads, losses = self._loss_and_grads(obs, actions, returns, advantages)
+        grads, losses = self._loss_and_grads(*inputs)
         if not exchanges:
             norm, exposed = self._apply_grads(average(list(grads))), tf.constant(0.0, tf.float64)
         else:
@@ -163,19 +204,20 @@ class Learner:
             return lr
         return lr * min(1.0, (self.lr_step + 1) / self.warmup)
 
-    def train(self, batch: TrainBatch) -> StepStats:
+    def train(self, batch: Any) -> StepStats:
+        """One update on `batch` (what the loss's `inputs` takes: a TrainBatch, a replay sample)."""
         t0 = time.perf_counter()
         lag = float(self.updates - batch.versions.mean())
         tf = self._tf
-        args = (tf.constant(batch.obs), tf.constant(batch.actions), tf.constant(batch.returns),
-                tf.constant(batch.advantages))
+        args = tuple(tf.constant(a) for a in self.loss.inputs(batch))
         every = self.cfg.noise_scale_every
         noise = self._gradient_noise(args) if every and self.updates % every == 0 else (float("nan"),) * 4 + (0, 0)
         losses, norm, exchange_s = self._update(args)
-        pl, vl, ent = (float(x) for x in losses.numpy())
+        terms = dict(zip(self.loss.names, (float(x) for x in losses.numpy())))
         self.updates += 1
         self.lr_step += 1
-        return StepStats(pl, vl, ent, float(norm), time.perf_counter() - t0, exchange_s, lag, *noise)
+        self.loss.after_update(self.updates)  # Gorila: the target copy, at the same update on every rank
+        return StepStats(terms, float(norm), time.perf_counter() - t0, exchange_s, lag, *noise)
 
     def _gradient_noise(self, args: tuple) -> tuple[float, float, float, float, int, int]:
         """Squared gradient norms at the current weights (before this update): the mean over the batch's
@@ -201,7 +243,7 @@ class Learner:
         """The whole loss's gradient and its policy-gradient term's, each flattened (one forward, two backprops)."""
         tf = self._tf
         with tf.GradientTape(persistent=True) as tape:
-            policy_loss, value_loss, entropy = self._losses(obs, actions, returns, advantages)
+            policy_loss, value_loss, entropy = self.loss.terms(self.model, obs, actions, returns, advantages)
             rest = self.cfg.value_coef * value_loss - self.cfg.entropy_coef * entropy
         variables = self.model.trainable_variables
         flat = lambda gs: tf.concat([tf.reshape(tf.zeros_like(v) if g is None else g, [-1])
@@ -255,13 +297,19 @@ class Learner:
         return norm
 
     # ---- state for checkpoints and the start-up broadcast
+    def _state_variables(self) -> list:
+        """The network's weights, Adam's variables, then the loss's own (Gorila: the target network): the network
+        comes first, so that evaluation reads it from any checkpoint."""
+        return list(self.model.weights) + list(self.opt.variables) + list(self.loss.state_variables())
+
     def state_arrays(self) -> list[np.ndarray]:
         self.flush()
-        return [np.asarray(v.numpy()) for v in self.model.weights] + [np.asarray(v.numpy()) for v in self.opt.variables]
+        return [np.asarray(v.numpy()) for v in self._state_variables()]
 
     def load_state_arrays(self, arrays: list[np.ndarray], source: str = "checkpoint") -> None:
         self.flush()  # an overlapped update still in flight must not land on top of the restored state
-        assign_arrays(list(self.model.weights) + list(self.opt.variables), arrays, f"{source} (weights and Adam state)")
+        what = "weights, Adam state and target network" if self.loss.state_variables() else "weights and Adam state"
+        assign_arrays(self._state_variables(), arrays, f"{source} ({what})")
 
     def broadcast_from_root(self) -> None:
         """Every rank takes rank 0's weights and optimizer state (start and resume)."""

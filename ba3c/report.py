@@ -29,9 +29,11 @@ from ba3c.signals import EXIT_SIGNALLED
 from ba3c.state import RunState
 
 _SEVERITY = {HEALTHY: 0, SUSPECT: 1, COLLAPSED: 2}
+# The loss's statistics (StepStats.terms) are progress.csv columns by their names; TensorBoard tags losses/<name>,
+# BA3C's under their older tags
+TERM_TAGS = {"policy_loss": "losses/policy", "value_loss": "losses/value", "entropy": "losses/entropy"}
 # StepStats field = progress.csv column -> TensorBoard tag
-LOSSES = (("policy_loss", "losses/policy"), ("value_loss", "losses/value"), ("entropy", "losses/entropy"),
-          ("grad_norm", "losses/grad_norm"), ("policy_lag", "perf/policy_lag"))
+LOSSES = (("grad_norm", "losses/grad_norm"), ("policy_lag", "perf/policy_lag"))
 
 
 def fmt_duration(s: float) -> str:
@@ -119,6 +121,8 @@ class Reporter:
         scalars = {"perf/frames_per_s": fps, "perf/updates_per_s": ups, **{f"time/{k}": v for k, v in stage_s.items()}}
         if rets:
             scalars["charts/episode_return"] = mean
+        for name, value in stats.terms.items():
+            row[name] = scalars[TERM_TAGS.get(name, f"losses/{name}")] = value
         for column, tag in LOSSES:
             row[column] = scalars[tag] = getattr(stats, column)
         # since the previous row (the columns above are the last update's): what the collapse guard judged

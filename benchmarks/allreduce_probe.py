@@ -43,7 +43,7 @@ def main() -> None:
         for n in SIZES:
             buf = np.ones(n, np.float32)
             rows.append({"backend": "mpi", "floats": n, "bytes": 4 * n,
-                         "seconds": timed(lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM))})
+                         "seconds": timed(lambda buf=buf: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM))})
     if "horovod" in backends:
         import horovod.tensorflow as hvd
         import tensorflow as tf
@@ -52,7 +52,8 @@ def main() -> None:
         for n in SIZES:
             t = tf.ones([n], tf.float32)
             f = tf.function(lambda x: hvd.grouped_allreduce([x], op=hvd.Average))
-            rows.append({"backend": "horovod", "floats": n, "bytes": 4 * n, "seconds": timed(lambda: f(t)[0].numpy())})
+            rows.append({"backend": "horovod", "floats": n, "bytes": 4 * n,
+                         "seconds": timed(lambda f=f, t=t: f(t)[0].numpy())})
         from ba3c.model import build_model
 
         model = build_model("nature", (4, 84, 84), 6, seed=0)

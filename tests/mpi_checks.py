@@ -3,8 +3,8 @@
     mpirun -np 2 python tests/mpi_checks.py BACKEND OUT_DIR
 
 For every way this backend can exchange (horovod: per-tensor and grouped ops; mpi: per-tensor from
-inside the step, or one flat buffer after it; each in float32 and fp16) it records the averaged gradient of one batch, and for a
-learner using that exchange the weights after each of 5 updates, next to a reference that
+inside the step, or one flat buffer after it; each in float32 and fp16) it records the averaged gradient of one
+batch, and for a learner using that exchange the weights after each of 5 updates, next to a reference that
 applies, on the same weights, the average of this update's local gradients (exchanged apart).
 """
 from __future__ import annotations
@@ -63,7 +63,8 @@ def main() -> None:
     for name, kw in variants.items():
         per_tensor = kw["allreduce"] == "per-tensor"
         if d.averages_in_graph(per_tensor):
-            avg = tf.function(lambda gs, p=per_tensor, c=kw.get("compression", "none"): d.graph_average(gs, p, c))(list(grads))
+            compression = kw.get("compression", "none")
+            avg = tf.function(lambda gs, p=per_tensor, c=compression: d.graph_average(gs, p, c))(list(grads))
             out[f"graph_avg_{name}"] = flat(g.numpy() for g in avg).tolist()
 
     for name, kw in variants.items():

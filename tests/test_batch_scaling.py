@@ -1,4 +1,5 @@
-"""studies/batch_scaling (python -m studies.batch_scaling): points, a short CartPole point through the real trainer, and the analysis."""
+"""studies/batch_scaling (python -m studies.batch_scaling): points, a short CartPole point through the real trainer,
+and the analysis."""
 from __future__ import annotations
 
 import json
@@ -118,8 +119,8 @@ def test_noise_windows_pool_means_before_the_ratio():
             {"frames": "900000", "noise_n": "1", "grad_sq_small": "8.0", "grad_sq_big": "3.0", "noise_b_small": "64",
              "noise_b_big": "256"},
             {"frames": "950000", "noise_n": "", "grad_sq_small": "", "grad_sq_big": ""},  # a row with no measurement
-            {"frames": "960000", "noise_n": "5", "grad_sq_small": "900.0", "grad_sq_big": "800.0", "noise_b_small": "64",
-             "noise_b_big": "256", "guard": "collapsed"},  # left out
+            {"frames": "960000", "noise_n": "5", "grad_sq_small": "900.0", "grad_sq_big": "800.0",
+             "noise_b_small": "64", "noise_b_big": "256", "guard": "collapsed"},  # left out
             {"frames": "1500000", "noise_n": "2", "grad_sq_small": "2.0", "grad_sq_big": "1.0", "noise_b_small": "64",
              "noise_b_big": "256"}]
     first, second = noise_windows(rows)

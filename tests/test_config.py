@@ -138,13 +138,15 @@ def test_bad_json_configs(tmp_path):
 @settings(max_examples=80, deadline=None)
 @given(st.dictionaries(st.sampled_from(["num_envs", "predict_batch", "train_batch", "n_step", "lr", "gamma",
                                         "clip_norm", "total_frames", "beta1"]),
-                       st.one_of(st.integers(-5, 5000), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3)),
+                       st.one_of(st.integers(-5, 5000), st.floats(allow_nan=True, allow_infinity=True),
+                                 st.text(max_size=3)),
                        max_size=4))
 def test_config_parser_accepts_only_valid(values):
     """Any dict of values either builds a Config that re-validates, or raises ConfigError (never anything else)."""
     try:
+        learn = ("train_batch", "n_step", "lr", "gamma", "clip_norm", "beta1")
         cfg = config_from_dict({"sim": {k: v for k, v in values.items() if k in ("num_envs", "predict_batch")},
-                                "learn": {k: v for k, v in values.items() if k in ("train_batch", "n_step", "lr", "gamma", "clip_norm", "beta1")},
+                                "learn": {k: v for k, v in values.items() if k in learn},
                                 "run": {k: v for k, v in values.items() if k == "total_frames"}})
     except ConfigError:
         return
@@ -237,7 +239,8 @@ def test_resume_of_a_run_with_unknown_options_is_one_line(tmp_path):
     # a known option with a value this version lacks, and a config.json that is not JSON
     bad_value = tmp_path / "other"
     write_run_from_elsewhere(bad_value, {}, {"sim": {"life_loss": "episodic"}})
-    with pytest.raises(ConfigError, match=r"--resume: .*config.json: --life-loss: 'episodic' is not one of .*git commit"):
+    with pytest.raises(ConfigError,
+                       match=r"--resume: .*config.json: --life-loss: 'episodic' is not one of .*git commit"):
         resolve(["--resume", str(bad_value)])
     (bad_value / "config.json").write_text("{truncated")
     with pytest.raises(ConfigError, match="--resume: cannot read"):

@@ -46,7 +46,8 @@ def test_start_mid_game_counts_the_steps_and_leaves_the_games_under_way_out():
     obs = np.zeros((2, 1), np.float32)
 
     def step(reward, term):
-        return exp.add(Batch(obs, np.full(2, reward, np.float32), np.array(term), z, ids), np.zeros(2), np.zeros(2, int))
+        return exp.add(Batch(obs, np.full(2, reward, np.float32), np.array(term), z, ids), np.zeros(2),
+                       np.zeros(2, int))
 
     batches, episodes = [], []
     for t in range(4):  # mid-game rows; environment 0's game ends at t == 3

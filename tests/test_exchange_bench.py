@@ -92,7 +92,8 @@ def test_analyze_only_merges_files_later_parts_replace_earlier(tmp_path):
 
 
 def test_projection_input_gives_each_variants_exposed_share_of_grouped():
-    """Shares over float32 grouped's exposed time; one above 1 goes to scaling.py --exposed as 1 (no better than sync)."""
+    """Shares over float32 grouped's exposed time; one above 1 goes to scaling.py --exposed as 1 (no better than
+    sync)."""
     from studies.exchange.exchange import projection_input
 
     def ms(x: float) -> dict:

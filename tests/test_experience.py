@@ -48,14 +48,14 @@ def drive(rewards, values, term, trunc, final_values, n, gamma, batch):
     exp = Experience(1, (1,), np.dtype(np.float32), n, gamma, batch, clip_rewards=False)
     out = []
     ids = np.array([0])
-    prev_r, prev_te, prev_tr = 0.0, False, False
+    prev_r = 0.0
     T = len(rewards)
     for t in range(T):
         # obs o_t arrives with the reward/flags of the previous step
         bs, _ = exp.add(Batch(np.array([[float(t)]], np.float32), np.array([prev_r], np.float32),
                               np.array([False]), np.array([False]), ids), np.array([values[t]]), np.array([0]))
         out += bs
-        prev_r, prev_te, prev_tr = rewards[t], term[t], trunc[t]
+        prev_r = rewards[t]
         if term[t] or trunc[t]:  # the final obs of the episode arrives with the flags
             bs, eps = exp.add(Batch(np.array([[-1.0]], np.float32), np.array([prev_r], np.float32),
                                     np.array([term[t]]), np.array([trunc[t] and not term[t]]), ids),
@@ -91,7 +91,7 @@ def drive_lives(rewards, values, term, trunc, lives_lost, final_values, fire_rew
     step t+1's observation with the reward of the step in between (fire_rewards[t])."""
     exp = Experience(1, (1,), np.dtype(np.float32), n, gamma, batch, clip_rewards=False, life_loss_terminal=True)
     out, episodes = [], []
-    ids, no = np.array([0]), np.array([False])
+    ids = np.array([0])
 
     def add(obs, r, te, tr, lost, v):
         bs, eps = exp.add(Batch(np.array([[obs]], np.float32), np.array([r], np.float32), np.array([te]),

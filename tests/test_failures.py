@@ -83,8 +83,8 @@ def test_kill9_during_checkpoint_writes_never_corrupts(tmp_path):
             continue
         u = c.meta["updates"]
         assert np.allclose(c.arrays[0][0, :3] - u, c.arrays[0][0, :3] - u)  # readable and self-consistent
-        np.testing.assert_allclose(c.arrays[0] - u, np.random.default_rng(0).normal(size=(400, 1000)).astype(np.float32),
-                                   atol=1e-4)
+        want = np.random.default_rng(0).normal(size=(400, 1000)).astype(np.float32)
+        np.testing.assert_allclose(c.arrays[0] - u, want, atol=1e-4)
     assert ckpt.load_latest(d) is not None
 
 
@@ -157,15 +157,16 @@ SLOW_FIRST_UPDATE = ["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch
 
 
 def test_signal_before_first_update_exits_at_once(tmp_path):
-    proc = _start_and_wait_for([sys.executable, "-m", "ba3c.train", *SLOW_FIRST_UPDATE, "--run-dir", str(tmp_path / "r")],
-                               "distribution backend", tmp_path / "out.txt")
+    proc = _start_and_wait_for([sys.executable, "-m", "ba3c.train", *SLOW_FIRST_UPDATE,
+                                "--run-dir", str(tmp_path / "r")], "distribution backend", tmp_path / "out.txt")
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)  # today prompt; before, the flag waited for a sync point
     out = (tmp_path / "out.txt").read_text()
     assert proc.returncode == 128 + signal.SIGTERM, out[-2000:]
     assert "got SIGTERM before the first update: nothing to checkpoint yet" in out
     assert "Traceback" not in out
-    assert not (tmp_path / "r" / "checkpoints").exists() or not ckpt.list_checkpoints(str(tmp_path / "r" / "checkpoints"))
+    ckpts = tmp_path / "r" / "checkpoints"
+    assert not ckpts.exists() or not ckpt.list_checkpoints(str(ckpts))
 
 
 def test_signal_while_emulators_are_built_ends_the_process(tmp_path):

@@ -56,8 +56,9 @@ def test_probe_refuses_a_single_observation(nature):
 
 def test_run_logs_feature_health(tmp_path):
     run = tmp_path / "health"
-    run_train(["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "32", "--run-dir", str(run),
-               "--log-interval-s", "0.01", "--stats-interval-updates", "5", "--total-frames", "3200"], timeout=200)
+    run_train(["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "32",
+               "--run-dir", str(run), "--log-interval-s", "0.01", "--stats-interval-updates", "5",
+               "--total-frames", "3200"], timeout=200)
     with open(run / "progress.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert rows and all(r["units_active"] for r in rows)

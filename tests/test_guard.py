@@ -141,7 +141,7 @@ def test_rollback_restores_exactly_the_saved_weights_and_adam_state():
     g.take_snapshot(3, learner.state_arrays())
     saved = [a.copy() for a in learner.state_arrays()]
     names = [v.path for v in learner.model.weights] + [v.path for v in learner.opt.variables]
-    assert any("momentum" in n for n in names) and any("velocity" in n for n in names) and any("iteration" in n for n in names)
+    assert all(any(part in n for n in names) for part in ("momentum", "velocity", "iteration"))
     probe = batch()
     learner.train(probe)
     after_probe = learner.state_arrays()
@@ -226,9 +226,9 @@ def sampled_score(checkpoint: ckpt.Checkpoint) -> float:
 # CartPole at 60x the learning rate that learns it (test_train.py): the softmax saturates within a few
 # hundred updates (entropy ~1e-13, every episode 9 steps: one action always). Without the guard it mostly
 # stays there (docs/topics/collapse-guard.md); the guard must notice, roll back and go on.
-COLLAPSING = ["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40", "--lr", "0.06",
-              "--lr-scaling", "none", "--intra-op-threads", "1", "--log-interval-s", "1", "--stats-interval-updates", "10",
-              "--guard-snapshot-updates", "50"]
+COLLAPSING = ["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40",
+              "--lr", "0.06", "--lr-scaling", "none", "--intra-op-threads", "1", "--log-interval-s", "1",
+              "--stats-interval-updates", "10", "--guard-snapshot-updates", "50"]
 
 
 def test_guard_rolls_back_a_real_collapse_and_training_goes_on(tmp_path):
@@ -258,8 +258,9 @@ def test_warn_mode_reports_a_collapse_once(tmp_path):
     within a few updates; the trainer says so once per collapse (not once per interval inside it: a
     second warning needs an interval judged healthy in between), and what to do, and never rolls back."""
     run = tmp_path / "c"
-    p = run_train(["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--lr", "0.5", "--entropy-coef", "0",
-                   "--clip-norm", "0", "--lr-scaling", "none", "--total-frames", "12000", "--log-interval-s", "0.5",
+    p = run_train(["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--lr", "0.5",
+                   "--entropy-coef", "0", "--clip-norm", "0", "--lr-scaling", "none", "--total-frames", "12000",
+                   "--log-interval-s", "0.5",
                    "--stats-interval-updates", "5", "--collapse-guard", "warn", "--run-dir", str(run)])
     warns = events(run)
     assert warns and all(e["event"] == "warn" for e in warns), p.stderr[-2000:]
@@ -292,7 +293,8 @@ def test_two_ranks_roll_back_together_then_give_up(tmp_path):
         ("rollback", "5", "0"), ("rollback", "10", "0"), ("give_up", "15", "0")]
     # the warm-up starts again with Adam's restored state: the lr after each rollback is the first warm-up step's
     lr = 5e-4 * math.sqrt(2)
-    assert [float(r["lr"]) for r in progress(run)][:3] == pytest.approx([lr * 0.5 / 100, lr * 0.25 / 100, lr * 0.25 / 100])
+    want = [lr * 0.5 / 100, lr * 0.25 / 100, lr * 0.25 / 100]
+    assert [float(r["lr"]) for r in progress(run)][:3] == pytest.approx(want)
     # checkpoints were due at every sync point, but none is written from a collapsed state: only the final one
     assert [os.path.basename(p) for p in ckpt.list_all(str(run / "checkpoints"))] == ["ckpt-0000000015.npz"]
     final = ckpt.load_latest(str(run / "checkpoints"))

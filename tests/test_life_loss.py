@@ -82,14 +82,15 @@ def test_breakout_games_span_all_lives_while_returns_end_at_each():
             actions = np.zeros(len(b.env_ids), np.int64)  # NOOP only
             sim.send(actions)
             batches, episodes = exp.add(b, ids * 1000.0, actions)
-            samples += [(round(float(R - A) / 1000), float(R)) for tb in batches for R, A in zip(tb.returns, tb.advantages)]
+            samples += [(round(float(R - A) / 1000), float(R))
+                        for tb in batches for R, A in zip(tb.returns, tb.advantages)]
             for ep in episodes:
                 match = [g for g in seen_games if g[0] == ep.env_id]
                 assert (ep.score, ep.length, ep.truncated) == match[-1][1:3] + (match[-1][4],)
             b = sim.recv()
     finally:
         sim.close()
-    for e, sc, length, lost, truncated in seen_games:
+    for _, _, length, lost, truncated in seen_games:
         assert not truncated, "a game ran to the frame cap: FIRE after a lost life did not serve the ball"
         assert lost == 4 and length > 0  # one episode = one game = 5 lives
     by_id = dict(samples)

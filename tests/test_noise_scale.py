@@ -63,7 +63,7 @@ def test_learner_measures_squared_norms_of_sub_batches_and_of_the_batch():
                        rng.normal(size=20).astype(np.float32), rng.normal(size=20).astype(np.float32))
         twin.set_weights(learner.model.get_weights())
 
-        def grad(lo: int, hi: int, policy_only: bool = False) -> np.ndarray:
+        def grad(lo: int, hi: int, policy_only: bool = False, b: TrainBatch = b) -> np.ndarray:
             with tf.GradientTape() as tape:
                 logits, value = twin(b.obs[lo:hi])
                 logp = tf.nn.log_softmax(logits)

@@ -33,7 +33,7 @@ def test_rehearsal_matches_a_real_two_rank_run(tmp_path):
     # the same global batch and learning rate, and frames counted per update as the 2-rank run counts them
     assert real_meta["global_batch"] == reh_meta["global_batch"] == 40
     assert real_meta["lr_effective"] == reh_meta["lr_effective"]
-    assert real_meta["final_update"] == reh_meta["final_update"] and real_meta["final_frames"] == reh_meta["final_frames"]
+    assert all(real_meta[k] == reh_meta[k] for k in ("final_update", "final_frames"))
     for rows in (real, reh):
         assert all(int(r["frames"]) == 40 * int(r["updates"]) for r in rows)
     # the warm-up schedule: the same lr at the same update

@@ -56,8 +56,9 @@ def old_run_without_training(run, learn: dict) -> dict:
     saved["learn"].update(learn)
     run.mkdir()
     (run / "config.json").write_text(json.dumps(saved))
-    ckpt.save(str(run / "checkpoints"), 7, [np.zeros(2, np.float32)], {"config": saved, "model": "mlp", "num_actions": 2,
-              "obs_shape": [4], "updates": 7, "frames": 140, "episodes": 1, "lr_adapt": 1.0}, 3)
+    meta = {"config": saved, "model": "mlp", "num_actions": 2, "obs_shape": [4], "updates": 7, "frames": 140,
+            "episodes": 1, "lr_adapt": 1.0}
+    ckpt.save(str(run / "checkpoints"), 7, [np.zeros(2, np.float32)], meta, 3)
     return saved
 
 

@@ -15,8 +15,8 @@ from ba3c.state import RunState
 
 META = {"env": {"kind": "atari", "name": "boxing"}, "model": "nature", "num_params": 1, "ranks": 1,
         "dist_backend": "none", "global_batch": 64, "lr_effective": 1e-4}
-STATS = StepStats(policy_loss=0.0, value_loss=0.0, entropy=1.0, grad_norm=0.1, train_s=0.01, allreduce_s=0.0,
-                  policy_lag=0.0)
+STATS = StepStats(terms={"policy_loss": 0.0, "value_loss": 0.0, "entropy": 1.0}, grad_norm=0.1, train_s=0.01,
+                  allreduce_s=0.0, policy_lag=0.0)
 
 
 @pytest.fixture

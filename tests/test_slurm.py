@@ -115,7 +115,8 @@ PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
              f"--pid-file={t}/munge/munged.pid", f"--log-file={t}/munge/munged.log", f"--seed-file={t}/munge/seed"],
             env=self.env, stdout=log, stderr=log))
         self._wait_for(lambda: (t / "munge" / "munge.socket").exists(), 20, "munged socket")
-        self.procs.append(subprocess.Popen([_daemon("slurmctld"), "-D", "-c", "-i"], env=self.env, stdout=log, stderr=log))
+        self.procs.append(subprocess.Popen([_daemon("slurmctld"), "-D", "-c", "-i"], env=self.env, stdout=log,
+                                           stderr=log))
         self._wait_for(lambda: self.run("scontrol", "ping", check=False).returncode == 0, 30, "slurmctld")
         self.procs.append(subprocess.Popen([_daemon("slurmd"), "-D", "-N", "localhost"], env=self.env, stdout=log,
                                            stderr=log))
@@ -128,7 +129,8 @@ PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
         while time.monotonic() < end:
             for p in self.procs:
                 if p.poll() is not None:
-                    raise RuntimeError(f"{p.args[0]} exited with {p.returncode} while waiting for {what}\n{self.logs()}")
+                    raise RuntimeError(f"{p.args[0]} exited with {p.returncode} while waiting for {what}\n"
+                                       f"{self.logs()}")
             if ready():
                 return
             time.sleep(0.3)

@@ -14,7 +14,8 @@ def test_time_to_score_cartpole(tmp_path):
     p = subprocess.run([sys.executable, "-m", "benchmarks.time_to_score", "--env", "CartPole-v1", "--target", "1",
                         "--total-frames", "400000", "--max-hours", "0.05", "--eval-every-frames", "20000",
                         "--eval-episodes", "4", "--run-dir", str(tmp_path / "run"), "--out-dir", str(tmp_path / "out"),
-                        "--keep-every-frames", "10000", "--state-dir", str(tmp_path / "state"), "--", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40", "--lr", "1e-3",
+                        "--keep-every-frames", "10000", "--state-dir", str(tmp_path / "state"), "--",
+                        "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40", "--lr", "1e-3",
                         "--lr-scaling", "none"],
                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]

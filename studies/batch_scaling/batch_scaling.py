@@ -131,7 +131,7 @@ def noise_windows(rows: list[Row], events: list[Row] = (),
         if not rs:
             continue
         n = [int(r["noise_n"]) for r in rs]
-        pooled = lambda col: sum(k * float(r[col]) for k, r in zip(n, rs)) / sum(n)
+        pooled = lambda col, n=n, rs=rs: sum(k * float(r[col]) for k, r in zip(n, rs)) / sum(n)
         b_small, b_big = int(rs[-1]["noise_b_small"]), int(rs[-1]["noise_b_big"])
         g2, trace, b_simple = noise_scale(pooled("grad_sq_small"), pooled("grad_sq_big"), b_small, b_big)
         w: dict[str, Any] = {"frames_from": int(lo * 1e6), "frames_to": min(int(hi * 1e6), int(rs[-1]["frames"])),

@@ -223,7 +223,7 @@ def plot(args: argparse.Namespace, results: list[RunResult], path: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 5))
     colours = {"ignore": "tab:blue", "terminal": "tab:red"}
     styles = ["-", "--", ":", "-."]
-    for k, x in enumerate(sorted(results, key=lambda x: (x.variant, x.seed))):
+    for x in sorted(results, key=lambda x: (x.variant, x.seed)):
         ax.plot([f / 1e6 for f in x.curve_frames], x.curve_return_mean20, styles[x.seed % len(styles)],
                 color=colours.get(x.variant), label=f"--life-loss {x.variant}, seed {x.seed}")
     ax.set(xlabel="frames (M)", ylabel="training return, mean of last 20 games (per full game)",

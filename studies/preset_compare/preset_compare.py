@@ -118,9 +118,12 @@ def plot(result: PresetCompare, path: str) -> None:
         ax1.plot([f / 1e6 for f in c.frames], c.return_mean20, label=name)
         ls = "-" if c.core_hours_basis.startswith("measured") else "--"  # dashed: modelled
         ax2.plot(c.core_hours, c.return_mean20, ls, label=f"{name} ({c.core_hours_basis.split(':')[0]})")
-    ax1.set_xlabel("frames (millions)"); ax2.set_xlabel("core-hours")
+    ax1.set_xlabel("frames (millions)")
+    ax2.set_xlabel("core-hours")
     for ax in (ax1, ax2):
-        ax.set_ylabel("mean-20 training return"); ax.grid(alpha=0.3); ax.legend(fontsize=8)
+        ax.set_ylabel("mean-20 training return")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.suptitle(f"{result.game}: presets per frame and per core-hour (dashed = core-hours modelled)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     for backend in args.backends.split(","):
         if backend == "mpi":
             buf = np.ones(args.floats, np.float32)
-            res = timed(comm, lambda: dist.average_flat(buf), args.reps, args.warmup)
+            res = timed(comm, lambda buf=buf: dist.average_flat(buf), args.reps, args.warmup)
             floats = args.floats
         elif backend == "horovod":
             import tensorflow as tf
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
             grads = [tf.ones_like(v) for v in model.trainable_variables]
             floats = int(sum(int(np.prod(v.shape)) for v in model.trainable_variables))
             average = tf.function(hdist.graph_average)
-            res = timed(comm, lambda: average(grads)[0].numpy(), args.reps, args.warmup)
+            res = timed(comm, lambda average=average, grads=grads: average(grads)[0].numpy(), args.reps, args.warmup)
             if res:
                 res["tensors"] = len(grads)
             hdist.shutdown()
