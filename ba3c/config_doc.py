@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import MISSING, Field, fields
 
-from ba3c.config import _GROUPS, PRESETS, REMOVED_IN, REMOVED_OPTIONS, field_type
+from ba3c.config import _GROUPS, ALGO_DEFAULTS, PRESETS, REMOVED_IN, REMOVED_OPTIONS, field_type
 
 INTRO = """\
 # Configuration
@@ -18,9 +18,10 @@ INTRO = """\
      not this page. tests/test_config_doc.py fails when it is stale. -->
 
 Every option of `python -m ba3c.train` (also `ba3c-train`). A run saves its whole configuration in its run
-directory's `config.json`, grouped as below (`sim`, `learn`, `run`); `--config FILE` reads such a file.
-Precedence, lowest first: the defaults below, `--config FILE`, `--preset NAME` (only when given on the
-command line), explicit flags. `--resume DIR` starts from the run's own `config.json`.
+directory's `config.json`, grouped as below (`sim`, `learn`, `run`, `gorila`); `--config FILE` reads such a
+file. Precedence, lowest first: the defaults below, the algorithm's defaults (`--algo`, the table below),
+`--config FILE`, `--preset NAME` (only when given on the command line), explicit flags. `--resume DIR` starts
+from the run's own `config.json`.
 
 Options marked **experimental** are opt-in and the measurements here did not establish their benefit (or they
 are diagnostics); each says what was measured, and `--help` lists them in a group of their own: {experimental}.
@@ -56,6 +57,19 @@ def _presets() -> list[str]:
     return lines + [""]
 
 
+def _algo_defaults() -> list[str]:
+    """The shared options each algorithm sets to other defaults than the ones listed below."""
+    algos = {name: values for name, values in ALGO_DEFAULTS.items() if values}
+    options = sorted({k for values in algos.values() for k in values})
+    lines = ["## Algorithm defaults", "", "`--algo NAME` sets these defaults for shared options (under `--config`, "
+             "`--preset` and flags; `config.json` records the values a run resolved). Their sources are in "
+             "docs/gorila.md.", "", "| option | " + " | ".join(algos) + " |", "|---|" + "---|" * len(algos)]
+    for name in options:
+        cells = [f"`{values[name]!r}`" if name in values else "" for values in algos.values()]
+        lines.append(f"| `--{name.replace('_', '-')}` | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def _removed() -> list[str]:
     flags = ", ".join(f"`--{k.replace('_', '-')}`" for k in REMOVED_OPTIONS)
     return ["## Removed options", "",
@@ -67,7 +81,7 @@ def _removed() -> list[str]:
 
 def render() -> str:
     experimental = [f"`{_flag(f)}`" for cls in _GROUPS.values() for f in fields(cls) if f.metadata.get("experimental")]
-    lines = [INTRO.format(experimental=", ".join(experimental)), *_presets()]
+    lines = [INTRO.format(experimental=", ".join(experimental)), *_presets(), *_algo_defaults()]
     for gname, cls in _GROUPS.items():
         lines += [f"## `{gname}`: {cls.__doc__}", ""]
         for f in fields(cls):

@@ -26,7 +26,7 @@ No TensorFlow at import time: `DQNLoss` and `TargetNetwork` import it when built
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,10 @@ from ba3c.evaluation import epsilon_greedy_actions
 from ba3c.experience import Episode
 from ba3c.replay import Replay, ReplaySample
 from ba3c.simulators import Batch
+
+if TYPE_CHECKING:
+    from ba3c.config import Config
+    from ba3c.simulators import Simulator
 
 
 def epsilon_at(agent_steps: int, start: float, end: float, decay_steps: int) -> float:
@@ -215,3 +219,31 @@ class DQNLoss:
     def state_variables(self) -> list:
         """What a checkpoint and the start-up broadcast carry besides the network and Adam: the target's weights."""
         return list(self.target.model.weights)
+
+
+# ---- what the trainer builds in Gorila mode (ba3c.runner)
+
+def update_frames(cfg: Config, world_size: int, frames_per_step: int) -> tuple[int, int]:
+    """(frames per update, frames played before the first update of a process) on `world_size` ranks: each
+    update stands for --train-every agent steps of every rank; each process first plays --learning-starts."""
+    g = cfg.gorila
+    return g.train_every * world_size * frames_per_step, g.learning_starts * world_size * frames_per_step
+
+
+def make_loss(cfg: Config, model, build_q) -> DQNLoss:
+    """The DQN loss for `model`, with a target network made by `build_q()` (the same network, built again)."""
+    g = cfg.gorila
+    return DQNLoss(TargetNetwork(model, build_q(), g.target_every), cfg.learn.gamma, g.dqn_loss,
+                   g.dqn_target == "double")
+
+
+def make_actor(cfg: Config, sim: Simulator, clip_rewards: bool, ranks: int, steps_before: int,
+               seed: int) -> GorilaActor:
+    """The rank's actor with an empty replay memory (`steps_before`: the run's agent steps so far, all ranks).
+    It may run --queue-batches predictor batches ahead of the learner."""
+    s, g = cfg.sim, cfg.gorila
+    replay = Replay(g.replay_size, sim.num_envs, sim.obs_shape, sim.obs_dtype, clip_rewards)
+    return GorilaActor(replay, train_batch=cfg.learn.train_batch, train_every=g.train_every,
+                       learning_starts=g.learning_starts, ahead_steps=cfg.run.queue_batches * s.predict_batch,
+                       epsilon=(g.eps_start, g.eps_end, g.eps_decay_steps), ranks=ranks, steps_before=steps_before,
+                       life_loss_terminal=s.life_loss == "terminal", seed=seed)

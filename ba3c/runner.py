@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ba3c import checkpoint as ckpt
+from ba3c import gorila
 from ba3c.config import (
     IMPLIED_BY_OLDER_CONFIGS,
     MAX_SEED,
@@ -35,7 +36,7 @@ from ba3c.experience import Experience, TrainBatch
 from ba3c.files import EXIT_NO_SPACE, NoSpaceError
 from ba3c.guard import COLLAPSED, EXIT_COLLAPSED, Guard, IntervalRecorder, Plan, policy_entropy
 from ba3c.learner import Learner, StepStats
-from ba3c.model import PROBE_OBS, HealthProbe, build_model, resolve_model_kind
+from ba3c.model import PROBE_OBS, HealthProbe, build_model, head_for, resolve_model_kind
 from ba3c.predictor import Predictor
 from ba3c.report import Reporter
 from ba3c.rundir import base_meta, now_iso
@@ -89,10 +90,14 @@ class Trainer:
         self.learner.lr_scale = self.state.lr_scale  # earlier rollbacks' lr cuts hold for the whole run
         self.learner.lr_decay = lr_decay_factor(cfg, self.state.frames)  # --lr-decay follows the frames trained
         self.interval = IntervalRecorder()
-        self.frames_per_update = global_batch(cfg, dist.size) * spec.frames_per_step
+        # BA3C: each update trains on the agent steps it samples; Gorila: it stands for --train-every agent steps
+        # per rank, after --learning-starts of them that each process plays first
+        self.frames_per_update, warmup_frames = (
+            gorila.update_frames(cfg, data_ranks(cfg, dist.size), spec.frames_per_step) if self.gorila
+            else (global_batch(cfg, dist.size) * spec.frames_per_step, 0))
         # Frames so far come from the checkpoint: a resume may change the world size, hence frames per update.
         self.total_updates = self.state.updates + max(
-            0, math.ceil((cfg.run.total_frames - self.state.frames) / self.frames_per_update))
+            0, math.ceil((cfg.run.total_frames - self.state.frames - warmup_frames) / self.frames_per_update))
         self.report = self._open_report(resume, changes) if dist.is_root else None
         self._build_workers()
         self.stats: StepStats | None = None  # the last update's
@@ -107,6 +112,7 @@ class Trainer:
 
     def _build_pipeline(self) -> None:
         s, l = self.cfg.sim, self.cfg.learn
+        self.gorila = l.algo == "gorila"  # what differs is in ba3c.gorila: the loss, the actor, the frame count
         k = self.cfg.run.rehearse_ranks  # a rehearsal plays k ranks' simulators in this process
         if self.dist.is_root:
             rehearsal = f" (rehearsing {data_ranks(self.cfg, self.dist.size)} ranks: {k} per process)" if k > 1 else ""
@@ -120,10 +126,16 @@ class Trainer:
         if self.dist.is_root and settings is not None and settings.repeat_action_probability:
             print(f"ba3c: training with sticky actions {settings.repeat_action_probability:g}", flush=True)
         self.model_kind = resolve_model_kind(l.model, self.sim.obs_shape)
-        self.model = build_model(self.model_kind, self.sim.obs_shape, self.sim.num_actions, seed=s.seed)  # same init on every rank
+        self.model = self._network()  # the same initial weights on every rank
         self.lr = scaled_lr(self.cfg, self.dist.size)
+        loss = gorila.make_loss(self.cfg, self.model, self._network) if self.gorila else None  # None: BA3C's
         self.learner = Learner(self.model, l, self.dist, self.lr, l.warmup_updates if self.lr > l.lr else 0,
-                               noise_sub_batch(self.cfg))
+                               noise_sub_batch(self.cfg), loss)
+
+    def _network(self):  # -> keras.Model
+        """The algorithm's network for this simulator (the model, Gorila's target, the evaluation's copy)."""
+        return build_model(self.model_kind, self.sim.obs_shape, self.sim.num_actions, seed=self.cfg.sim.seed,
+                           head=head_for(self.cfg.learn.algo))
 
     def _restore(self) -> tuple[RunState, dict[str, list[Any]]]:
         """Rank 0, on resume: the newest valid checkpoint into the learner; returns its run state and the config changes."""
@@ -167,17 +179,30 @@ class Trainer:
         # ALE takes each emulator's seed (env_seed + its index, + up to --decorrelate-steps more) as a 32-bit signed
         # integer: a large --seed, or a resume after ~270,000 updates, would overflow it. Folded, not refused.
         env_seed %= max(1, MAX_SEED - s.num_envs * k - s.decorrelate_steps - 1)
-        exp = Experience(s.num_envs * k, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch * k,
-                         clip_rewards=self.spec.kind == "atari", life_loss_terminal=s.life_loss == "terminal")
         learner = self.learner
-        self.sim_thread = SimulationThread(sim, Predictor(self.model, sim.obs_shape, sim.obs_dtype), exp, rng,
-                                           env_seed, r.queue_batches, policy_version=lambda: learner.updates,
-                                           decorrelate_steps=s.decorrelate_steps)
+        predictor = Predictor(self.model, sim.obs_shape, sim.obs_dtype)
+        if self.gorila:  # epsilon-greedy into the replay memory, which the learner samples
+            steps_before = self.state.frames // self.spec.frames_per_step
+            actor = gorila.make_actor(self.cfg, sim, self.spec.kind == "atari", self.dist.size, steps_before,
+                                      seed=s.seed * 1_000_003 + rank * 7919 + self.state.updates)
+            self.sim_thread = SimulationThread(sim, predictor, actor, rng, env_seed, r.queue_batches,
+                                               policy_version=lambda: learner.updates, choose=actor.choose, feed=actor)
+            if self.dist.is_root:
+                g = self.cfg.gorila
+                print(f"ba3c: gorila: an empty replay memory of {g.replay_size:,} transitions per rank; each rank "
+                      f"plays {g.learning_starts:,} agent steps at epsilon {actor.epsilon():.3g} before the first "
+                      f"update, then one update per {g.train_every} agent steps", flush=True)
+        else:  # actions sampled from the policy into n-step returns, queued as train batches
+            exp = Experience(s.num_envs * k, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch * k,
+                             clip_rewards=self.spec.kind == "atari", life_loss_terminal=s.life_loss == "terminal")
+            self.sim_thread = SimulationThread(sim, predictor, exp, rng, env_seed, r.queue_batches,
+                                               policy_version=lambda: learner.updates,
+                                               decorrelate_steps=s.decorrelate_steps)
         self.learn_timers = Timers()
         self.watchdog = WatchdogThread(r.hang_timeout_min * 60, rank)
         self.evaluator: EvalThread | None = None
         if self.report is not None and r.eval_every_frames:
-            snapshot = build_model(self.model_kind, sim.obs_shape, sim.num_actions, seed=s.seed)
+            snapshot = self._network()
             self.evaluator = EvalThread(snapshot, self._evaluate, self.report.evaluation)
         self.next_eval = (self.state.frames // r.eval_every_frames + 1) * r.eval_every_frames if r.eval_every_frames else 0
 
@@ -240,7 +265,7 @@ class Trainer:
         r = self.cfg.run
         episodes = [(e.score, e.length) for e in self.sim_thread.drain_episodes()]
         entropy = self.interval.entropy_mean()
-        if self._last_update():
+        if self._last_update() and not self.guard.off:
             # The weights about to be written: each update's entropy is measured before its own step, so the
             # last step would go unjudged, and one step at a high lr can saturate a policy (a CartPole run at
             # lr 0.015 measured entropy 0.39 in its last update, before that step, and saved one action).

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ba3c.config import (
+    ALGO_DEFAULTS,
     PRESETS,
     Config,
     ConfigError,
@@ -25,7 +26,7 @@ from ba3c.config import (
 from ba3c.files import EXIT_NO_SPACE, NoSpaceError, unwritable
 
 # Options that change the network or what it is trained on: a resume may not change them.
-MODEL_DEFINING = ("env", "model")
+MODEL_DEFINING = ("env", "model", "algo")
 
 
 def resolve(argv: Sequence[str] | None) -> tuple[Config, bool]:
@@ -62,7 +63,9 @@ def resolve(argv: Sequence[str] | None) -> tuple[Config, bool]:
     if "preset" in ns:
         values.update(PRESETS[ns["preset"]])
     values.update(ns)
-    return Config().replace(**values), bool(resume_dir)
+    # The algorithm's defaults for shared options, under all of the above (a resumed run's config holds every option)
+    defaults = ALGO_DEFAULTS.get(values.get("algo", "ba3c"), {})
+    return Config().replace(**{**defaults, **values}), bool(resume_dir)
 
 
 def _check_writable(run_dir: str) -> None:
@@ -74,6 +77,7 @@ def _check_fits(cfg: Config, spec) -> None:  # spec: simulators.EnvSpec
     """The network against the observations, and the sizes against this host's memory."""
     from ba3c import dist as dist_mod
     from ba3c.model import resolve_model_kind
+    from ba3c.replay import replay_bytes
     from ba3c.resources import available_memory, check_memory
     from ba3c.simulators import observation_info
 
@@ -83,7 +87,8 @@ def _check_fits(cfg: Config, spec) -> None:  # spec: simulators.EnvSpec
                           f"among discrete actions (try an Atari game or CartPole-v1)")
     model = resolve_model_kind(cfg.learn.model, obs.shape)
     obs_bytes = obs.itemsize * max(1, math.prod(obs.shape))
-    check_memory(cfg, spec.kind, obs_bytes, model, dist_mod.ranks_on_this_host_hint(), available_memory())
+    slot = replay_bytes(1, obs.shape, obs.itemsize) if cfg.learn.algo == "gorila" else 0
+    check_memory(cfg, spec.kind, obs_bytes, model, dist_mod.ranks_on_this_host_hint(), available_memory(), slot)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
