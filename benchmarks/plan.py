@@ -375,10 +375,11 @@ def exchange_overhead(scaling: dict[str, Any] | None) -> tuple[float, str, str]:
 
 
 def here_fit(step_time: dict[str, Any] | None, threads: int) -> tuple[dict[str, Any], tuple[int, ...]]:
-    """step_time.json's fit to the least-disturbed rounds at `threads` (on a shared machine the nearest to a
-    dedicated node), and the batches it was fitted to."""
+    """step_time.json's fit at `threads` nearest to a dedicated node: to the CPU time per call (1 thread), else
+    to the least-disturbed rounds; and the batches it was fitted to."""
     s = ((step_time or {}).get("summary") or {}).get(str(threads)) or {}
-    fit = (s.get("fits") or {}).get("least_disturbed")
+    fits = s.get("fits") or {}
+    fit = fits.get("cpu") or fits.get("least_disturbed")
     if not fit:
         raise LookupError(f"no fit at {threads} thread(s) in step_time.json: run `python -m benchmarks.step_time`")
     return fit, tuple(sorted(int(b) for b in s["batches"] if int(b) != s.get("tiny_batch")))
@@ -394,7 +395,7 @@ def node_model(name: str, step_time: dict[str, Any] | None, collect: tuple[float
                          f"{DEVICE16_SOURCE}; collection: {c_src}", tuple(sorted(DEVICE16_SAMPLES_PER_S)))
     f, batches = here_fit(step_time, here_threads)
     return NodeModel("here", f["overhead_s"], f["per_sample_s"], here_threads, c_s,
-                     f"fitted on this machine ({here_threads} thread(s), least-disturbed rounds)",
+                     f"fitted on this machine ({here_threads} thread(s), CPU time per call or least-disturbed rounds)",
                      f"fitted on this machine ({here_threads} thread(s)), scaled by cores (assumed linear)", c_label,
                      f"benchmarks/step_time.py, {step_time.get('date', '')}, {step_time['machine'].get('cpu')}; "
                      f"collection: {c_src}", batches)
@@ -415,7 +416,7 @@ def model_check(step_time: dict[str, Any] | None, here_threads: int = 1) -> list
 
     for t, v in sorted(summary.items(), key=lambda kv: int(kv[0])):
         for b, m in v["batches"].items():
-            for name, key in (("median", "median_s"), ("least_disturbed", "min_s")):
+            for name, key in (("median", "median_s"), ("least_disturbed", "min_s"), ("cpu", "cpu_s_per_call")):
                 if name in m and int(b) != v.get("tiny_batch"):
                     add(f"fit to the {name.replace('_', '-')} times", int(t), int(b), m[key], m[name]["model_s"])
     try:

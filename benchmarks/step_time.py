@@ -138,14 +138,17 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (i - lo)
 
 
-ESTIMATES = {"median": "median_s", "least_disturbed": "min_s"}
+# What each fit is made to. `cpu`: the worker's CPU time per call, made only at 1 thread, where it is the wall
+# time of an undisturbed core (the process's CPU time is not stolen by other work, as its wall time is).
+ESTIMATES = {"median": "median_s", "least_disturbed": "min_s", "cpu": "cpu_s_per_call"}
 
 
 def summarise(runs: Sequence[dict[str, Any]], tiny: int) -> dict[str, Any]:
-    """Per thread count: each batch's median over all rounds and repeats with its range, and two fits of
+    """Per thread count: each batch's median over all rounds and repeats with its range, and fits of
     t = a + c b over the batches other than `tiny`: to the medians (`median`: what this shared machine
-    gave) and to each batch's fastest round (`least_disturbed`: nearest a dedicated core); each batch's
-    split by both and the fits' errors; and the median fit made on each repeat alone (how much a and c move)."""
+    gave), to each batch's fastest round (`least_disturbed`) and, at 1 thread, to the median CPU time per
+    call (`cpu`: a dedicated core's wall time); each batch's split by each and the fits' errors; and the
+    median fit made on each repeat alone (how much a and c move)."""
     out: dict[str, Any] = {}
     for threads in sorted({r["threads"] for r in runs}):
         mine = [r for r in runs if r["threads"] == threads]
@@ -161,6 +164,8 @@ def summarise(runs: Sequence[dict[str, Any]], tiny: int) -> dict[str, Any]:
         parts = {k: stats(k) for k in ("optimizer", "dispatch") if any(c["batch"] == k for c in cells)}
         fits = {}
         for name, key in ESTIMATES.items():
+            if name == "cpu" and threads != 1:
+                continue  # CPU time sums the threads: not a wall time
             fit = sm.fit_step_time([(b, v[key]) for b, v in per_batch.items() if b != tiny])
             fits[name] = fit.to_json() if fit else None
             for b, v in per_batch.items():
@@ -169,11 +174,14 @@ def summarise(runs: Sequence[dict[str, Any]], tiny: int) -> dict[str, Any]:
                                "model_s": fit.seconds(b), "error": sm.relative_error(fit.seconds(b), v[key])}
         by_repeat = []
         for r in mine:
-            f = sm.fit_step_time([(b, _quantile([c["median_s"] for c in r["cells"] if c["batch"] == b], 0.5))
-                                  for b in sorted({c["batch"] for c in r["cells"] if isinstance(c["batch"], int)})
-                                  if b != tiny])
-            if f:
-                by_repeat.append({"seed": r["seed"], **f.to_json()})
+            batches = sorted({c["batch"] for c in r["cells"] if isinstance(c["batch"], int)} - {tiny})
+            row: dict[str, Any] = {"seed": r["seed"], "load_avg_start": r["load_avg_start"]}
+            for name, key in (("median", "median_s"), ("cpu", "cpu_s_per_call")):
+                f = sm.fit_step_time([(b, _quantile([c[key] for c in r["cells"] if c["batch"] == b], 0.5))
+                                      for b in batches]) if name == "median" or threads == 1 else None
+                if f:
+                    row[name] = f.to_json()
+            by_repeat.append(row)
         out[str(threads)] = {
             "batches": {str(b): v for b, v in per_batch.items()},
             "fits": fits,
@@ -193,12 +201,13 @@ def _ms(x: float | None) -> str:
 def report(summary: dict[str, Any]) -> None:
     print("\nLearner.train per update, ms (Nature CNN, Adam, one rank: no exchange). median: over all rounds and "
           "repeats (range: min-max of the rounds); fastest: the least-disturbed round; cpu: the process's CPU time "
-          "per call; split and fit error by the fit to the fastest rounds, t = a + c x b (fitted)")
+          "per call; split and fit error by the fit t = a + c x b (fitted) to the CPU times at 1 thread (there the "
+          "wall time of an undisturbed core), to the fastest rounds at more threads")
     print(f"{'threads':>7} {'batch':>5} {'median':>7} {'range':>13} {'fastest':>7} {'cpu':>6} {'a':>6} {'c x b':>6} "
           f"{'fit':>6} {'error':>6} | median fit error")
     for threads, s in summary.items():
         for b, v in s["batches"].items():
-            ld, md = v.get("least_disturbed", {}), v.get("median", {})
+            ld, md = v.get("cpu") or v.get("least_disturbed", {}), v.get("median", {})
             err = "-" if not ld else format(ld["error"], "+.0%")
             print(f"{threads:>7} {b:>5} {_ms(v['median_s']):>7} {_ms(v['min_s']) + '-' + _ms(v['max_s']):>13} "
                   f"{_ms(v['min_s']):>7} {_ms(v['cpu_s_per_call']):>6} {_ms(ld.get('overhead_s')):>6} "
@@ -215,9 +224,11 @@ def report(summary: dict[str, Any]) -> None:
                       f"{1e3 * f['overhead_s']:.2f} ms, c = {1e3 * f['per_sample_s']:.3f} ms/sample "
                       f"({f['samples_per_s_asymptotic']:,.0f} samples/s at large batch), largest |error| "
                       f"{f['max_abs_error']:.1%}")
-        reps = "; ".join(f"a {1e3 * r['overhead_s']:.1f} ms, c {1e3 * r['per_sample_s']:.3f} ms"
-                         for r in s["fit_by_repeat"])
-        print(f"        median fit per repeat: {reps}")
+        for name in ("median", "cpu"):
+            reps = "; ".join(f"a {1e3 * r[name]['overhead_s']:.1f} ms, c {1e3 * r[name]['per_sample_s']:.3f} ms"
+                             for r in s["fit_by_repeat"] if name in r)
+            if reps:
+                print(f"        {name} fit per repeat: {reps}")
 
 
 def plot(summary: dict[str, Any], path: str) -> None:
@@ -233,10 +244,15 @@ def plot(summary: dict[str, Any], path: str) -> None:
                  label=f"measured, {threads} thread(s)")
         ax1.plot(bs, [1e3 * v["min_s"] for v in s["batches"].values()], "v", color=line[0].get_color(), ms=4,
                  label=f"fastest round, {threads} thread(s)")
-        f = s["fits"].get("least_disturbed")
+        if s["fits"].get("cpu"):
+            ax1.plot(bs, [1e3 * v["cpu_s_per_call"] for v in s["batches"].values()], "P", color=line[0].get_color(),
+                     ms=5, label=f"CPU time per call, {threads} thread")
+        name = "cpu" if s["fits"].get("cpu") else "least_disturbed"
+        f = s["fits"].get(name)
         if f:
             ax1.plot(bs, [1e3 * (f["overhead_s"] + f["per_sample_s"] * x) for x in bs], "--", color=line[0].get_color(),
-                     label=f"fit to fastest: a {1e3 * f['overhead_s']:.1f} ms, c {1e3 * f['per_sample_s']:.2f} ms/sample")
+                     label=f"fit to the {'CPU times' if name == 'cpu' else 'fastest rounds'}: a {1e3 * f['overhead_s']:.1f} "
+                           f"ms, c {1e3 * f['per_sample_s']:.2f} ms/sample")
     for ax, ylabel in ((ax1, "ms per update"), (ax2, "samples/s")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -262,7 +278,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="batches 4,32, 2 rounds, 1 repeat (smoke run)")
     p.add_argument("--out", default=OUT)
     p.add_argument("--name", default="step_time", help="output file stem")
-    p.add_argument("--analyze-only", default="", help="re-analyse and re-plot a saved JSON instead of measuring")
+    p.add_argument("--analyze-only", default="",
+                   help="re-analyse and re-plot saved JSON instead of measuring (comma list: their runs pooled)")
     p.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", default="", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -285,9 +302,15 @@ def main(argv: list[str] | None = None) -> int:
     harness.exit_on_sigterm()
     threads = parse_ints(args.threads, "--threads")
     if args.analyze_only:
-        with open(args.analyze_only) as fh:
-            saved = json.load(fh)
-        config, runs = saved["config"], saved["runs"]
+        saved, runs, pooled = {}, [], []
+        for path in args.analyze_only.split(","):  # several files: their runs pooled (e.g. one per session)
+            with open(path) as fh:
+                more = json.load(fh)
+            saved = saved or more
+            runs += more["runs"]
+            pooled += more.get("pooled", [{"date": more["date"], "runs": len(more["runs"]),
+                                           "load_avg": more["machine"].get("load_avg")}])
+        config = saved["config"]
     else:
         if args.quick:
             batches, args.rounds, args.repeats, args.cell_seconds = [4, 32], 2, 1, 0.2
@@ -307,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
            "summary": summary, "fitted": "summary.*.fits and each batch's median/least_disturbed split (overhead_s, compute_s, model_s) are fitted"}
     if args.analyze_only:
         out["machine"], out["date"] = saved["machine"], saved["date"]
+        out["pooled"] = pooled  # the measurements pooled here: date, worker runs, load average at the start
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"{args.name}.json")
     with open(path, "w") as fh:

@@ -180,6 +180,8 @@ def test_step_time_summary_fits_the_fastest_rounds_and_splits_each_batch():
     assert b16["least_disturbed"]["exchange_s"] == 0.0
     assert s["tiny_batch"] == 1 and s["parts"]["optimizer"]["min_s"] == pytest.approx(0.004)
     assert len(s["fit_by_repeat"]) == 2
+    assert s["fits"]["cpu"]["overhead_s"] == pytest.approx(0.006)  # CPU time per call: not slowed by the busy round
+    assert s["fit_by_repeat"][0]["cpu"]["per_sample_s"] == pytest.approx(0.0004)
 
 
 def test_planner_model_check_uses_the_step_time_fits():
