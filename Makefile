@@ -9,7 +9,7 @@ export OMPI_MCA_mpi_yield_when_idle ?= 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install train test test-fast lint docs throughput-benchmark scaling-benchmark shaped-links time-to-score batch-scaling paper-games clean-venv
+.PHONY: install train test test-fast lint docs throughput-benchmark scaling-benchmark step-time shaped-links time-to-score batch-scaling paper-games clean-venv
 
 install: $(STAMP)
 
@@ -40,8 +40,15 @@ docs: $(STAMP)
 throughput-benchmark: $(STAMP)
 	$(PY) -m benchmarks.throughput $(ARGS)
 
+# the scaling runs, then the planner (best --train-batch per node count) from them; PLAN_ARGS e.g.
+# "--nodes 64 --cores-per-node 24 --network ib100"
 scaling-benchmark: $(STAMP)
 	$(PY) -m benchmarks.scaling $(ARGS)
+	$(PY) -m benchmarks.plan $(PLAN_ARGS)
+
+# the learner's time per update against the per-rank batch (the planner's node model)
+step-time: $(STAMP)
+	$(PY) -m benchmarks.step_time $(ARGS)
 
 # needs root (network namespaces, veth pairs, tc): the allreduce over shaped links against the model
 shaped-links: $(STAMP)
