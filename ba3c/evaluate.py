@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ba3c import checkpoint as ckpt
+from ba3c.config import MAX_SEED, MAX_THREADS, ConfigError, OneLineParser
 from ba3c.evaluation import (
     PAPER_MAX_EPISODE_STEPS,
     POLICIES,
@@ -35,7 +36,6 @@ from ba3c.evaluation import (
     model_from_checkpoint,
     protocol_line,
 )
-from ba3c.config import MAX_SEED, MAX_THREADS, ConfigError, OneLineParser
 from ba3c.files import EXIT_NO_SPACE, NoSpaceError, fmt_bytes, unwritable, write_json
 from ba3c.resources import BASE_BYTES, EMULATOR_BYTES, USABLE_FRACTION, available_memory
 from ba3c.simulators import ATARI
@@ -166,7 +166,8 @@ def _output_problem(flag: str, path: str, example: str = "eval.json") -> str | N
 def check_args(args: argparse.Namespace) -> None:
     """Every option on its own, before a checkpoint is read or TensorFlow starts; raises EvalError."""
     check_options(args.episodes, args.num_envs, args.epsilon, args.max_episode_frames, args.policy, args.sticky_actions)
-    most = MAX_SEED - min(args.num_envs, args.episodes) + 1  # environment i plays with seed + i
+    # environment i plays with seed + i (so many environments that no seed is left: the memory check refuses them)
+    most = max(0, MAX_SEED - min(args.num_envs, args.episodes) + 1)
     if not 0 <= args.seed <= most:
         raise EvalError(f"--seed must be in [0, {most}] (environment i plays with seed + i, and emulators take 32-bit "
                         f"seeds), got {args.seed}")

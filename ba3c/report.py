@@ -218,7 +218,8 @@ class Reporter:
         try:
             self.writer.write_json(EVAL_PROTOCOL_FILE, proto)
         except NoSpaceError as e:
-            self.writer.warn(EVAL_PROTOCOL_FILE, e, "it keeps the record of an earlier evaluation (eval.csv has this one)")
+            self.writer.warn(EVAL_PROTOCOL_FILE, e,
+                             "it keeps the record of an earlier evaluation (eval.csv has this one)")
         print(f"ba3c: eval at {frames:,} frames: score {sc['mean']:.2f} +- {sc['std']:.2f} over {result['episodes']} "
               f"episodes ({result['truncated_episodes']} cut at the cap); {protocol_line(proto)}", flush=True)
 

@@ -350,7 +350,8 @@ class Trainer:
         # is not collapsed (after a rollback the restored state is written at the next one).
         keep_due = bool(r.keep_every_frames) and self.state.frames >= self.next_keep
         # after a failed checkpoint the next try waits for the interval, a kept one too (a full disk stays full)
-        due = (keep_due and not self.failed_checkpoints) or now - self.last_checkpoint_t >= r.checkpoint_interval_min * 60
+        interval_due = now - self.last_checkpoint_t >= r.checkpoint_interval_min * 60
+        due = (keep_due and not self.failed_checkpoints) or interval_due
         if due and not stop and plan.verdict.state != COLLAPSED:
             written = self._save_checkpoint(kept=keep_due)
             self.last_checkpoint_t = now

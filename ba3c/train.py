@@ -165,8 +165,9 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
             print(f"ba3c: distribution backend '{d.name}' ({d.size} rank{'s' if d.size > 1 else ''})", flush=True)
         status = train(cfg, spec, d, run_dir, resume, flag)
     except NoSpaceError as e:  # the run directory had no room for the start (config.json, meta.json, progress.csv)
-        print(f"ba3c: error: {e.describe()}; {e.to_free()}, then start again{' with --resume ' + run_dir if resume else ''}"
-              f"; exit status {EXIT_NO_SPACE}", file=sys.stderr, flush=True)
+        again = f" with --resume {run_dir}" if resume else ""
+        print(f"ba3c: error: {e.describe()}; {e.to_free()}, then start again{again}; exit status {EXIT_NO_SPACE}",
+              file=sys.stderr, flush=True)
         if d.size == 1:
             return EXIT_NO_SPACE
         os._exit(EXIT_NO_SPACE)  # the other ranks may wait in a collective: end the job (as below)

@@ -1,4 +1,4 @@
-"""A full disk or quota: nothing lost, no stray file, one line each time, the run stops cleanly (exit 74), --resume works.
+"""A full disk or quota: nothing lost, no stray file, one line each time, a clean stop (exit 74), --resume works.
 
 The unit tests inject the failure where every write of ba3c's files ends (files._write_all): half the bytes, then
 ENOSPC, as a file system that fills mid-write does. The end-to-end tests fill a real tmpfs under a running trainer
@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ba3c import checkpoint as ckpt
-from ba3c import files
+from ba3c import checkpoint as ckpt, files
 from ba3c.files import EXIT_NO_SPACE, NoSpaceError
 from ba3c.rundir import EVAL_FIELDS, CsvLog
 from conftest import ROOT, run_train, subprocess_env
