@@ -26,8 +26,8 @@ from ba3c.rundir import EVAL_FIELDS, CsvLog
 from conftest import ROOT, run_train, subprocess_env
 
 
-def _fail_writes(monkeypatch, after: int = 0) -> list[int]:
-    """From the (after+1)-th write on, write half the bytes and raise ENOSPC; returns the count of writes seen."""
+def _fail_writes(monkeypatch, after: int = 0, code: int = errno.ENOSPC) -> list[int]:
+    """From the (after+1)-th write on, write half the bytes and raise `code`; returns the sizes of the writes seen."""
     real, seen = files._write_all, []
 
     def write(fd: int, data: bytes) -> None:
@@ -35,7 +35,7 @@ def _fail_writes(monkeypatch, after: int = 0) -> list[int]:
         if len(seen) <= after:
             return real(fd, data)
         os.write(fd, bytes(data[: len(data) // 2]))
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(files, "_write_all", write)
     return seen
@@ -52,13 +52,14 @@ def _stray(directory: Path) -> list[str]:
 
 # ---------------------------------------------------------------- injected failures
 
-def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_leaves_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EIO], ids=["ENOSPC", "EDQUOT", "EIO"])
+def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_leaves_nothing(tmp_path, monkeypatch, code):
     path = tmp_path / "meta.json"
     files.write_json(str(path), {"v": 1})
-    _fail_writes(monkeypatch)
+    _fail_writes(monkeypatch, code=code)
     with pytest.raises(NoSpaceError) as e:
         files.write_json(str(path), {"v": 2, "pad": "x" * 5000})
-    assert e.value.errno == errno.ENOSPC and e.value.directory == str(tmp_path)
+    assert e.value.errno == code and e.value.directory == str(tmp_path)
     assert e.value.needed > 5000 and e.value.free == files.free_bytes(str(tmp_path))
     assert "needs" in e.value.describe() and "free" in e.value.describe() and str(tmp_path) in e.value.describe()
     assert path.read_text() == '{\n  "v": 1\n}\n' and _stray(tmp_path) == []
