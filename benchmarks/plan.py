@@ -232,7 +232,8 @@ class Choice:
         return self.updates * self.step_s / 60.0
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "step_s": self.step_s, "minutes": self.minutes, "floor_share": self.floor_s / self.step_s}
+        return {**asdict(self), "step_s": self.step_s, "minutes": self.minutes,
+                "floor_share": self.floor_s / self.step_s}
 
 
 @dataclass(frozen=True)
@@ -331,7 +332,8 @@ def envelope(s: Settings, node: NodeModel, net: Network, exchange_overhead_s: fl
         fixed = next((c for c in cs if c.global_batch == fixed_gb), None)
         if fixed is None and fixed_gb <= s.max_global_batch:
             exch = exchange_s(n, net, exchange_overhead_s)
-            fixed = choice(n, fixed_gb, updates_at(fixed_gb, measured, s.beyond, modelled), node, s.cores_per_node, exch)
+            upd = updates_at(fixed_gb, measured, s.beyond, modelled)
+            fixed = choice(n, fixed_gb, upd, node, s.cores_per_node, exch)
         if n == 1:
             one, one_fixed = top.minutes, (fixed.minutes if fixed else None)
         eff = efficiency(one, n, top.minutes)
@@ -473,7 +475,8 @@ def report(s: Settings, node: NodeModel, net: Network, exch_label: tuple[float, 
           f"{1e3 * node.per_sample_s * node.threads / s.cores_per_node:.4f} ms on {s.cores_per_node} cores "
           f"({node.compute_label})")
     print(f"  collection (simulators + predictor) {1e3 * node.collect_s_per_sample_core:.2f} ms/sample on one core -> "
-          f"{1e3 * node.collect_s_per_sample_core / s.cores_per_node:.4f} ms on {s.cores_per_node} ({node.collect_label})")
+          f"{1e3 * node.collect_s_per_sample_core / s.cores_per_node:.4f} ms on {s.cores_per_node} "
+          f"({node.collect_label})")
     print(f"  exchange: Horovod fixed {1e3 * exch_label[0]:.2f} ms ({exch_label[1]}); bandwidth "
           f"{net.bandwidth_bytes_per_s / 1e9:.2f} GB/s ({net.bandwidth_label}), latency {1e6 * net.latency_s:.0f} us "
           f"({net.latency_label}): {net.source}")
@@ -492,7 +495,8 @@ def report(s: Settings, node: NodeModel, net: Network, exch_label: tuple[float, 
     print("eff: minutes at 1 node / (N x minutes at N); comp: train compute + collection; upd. from: measured, "
           "fitted (interpolated) or assumed")
     if other:
-        print("the other node model's envelope efficiency: " + ", ".join(f"{n} nodes {e:.2f}" for n, e in other.items()))
+        print("the other node model's envelope efficiency: "
+              + ", ".join(f"{n} nodes {e:.2f}" for n, e in other.items()))
     print("\nThe planner's per-update time (learner alone, one rank) against measured ones "
           "(benchmarks/step_time.py; target: within 15%):")
     for kind in dict.fromkeys(c["check"] for c in checks):
@@ -536,7 +540,8 @@ def plot(rows: Sequence[EnvelopeRow], today: Sequence[dict[str, Any]], s: Settin
         ax.set_xlabel("nodes")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"planner (MODELLED): {s.cores_per_node} cores per node, {net.name}, node model {node.name}", fontsize=9)
+    fig.suptitle(f"planner (MODELLED): {s.cores_per_node} cores per node, {net.name}, node model {node.name}",
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -583,7 +588,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=OUT)
     args = p.parse_args(argv)
     if not 1 <= args.nodes <= sm.MAX_GLOBAL_BATCH:
-        p.error(f"--nodes {args.nodes}: must be from 1 to {sm.MAX_GLOBAL_BATCH} (one sample per node at most global batch)")
+        p.error(f"--nodes {args.nodes}: must be from 1 to {sm.MAX_GLOBAL_BATCH} (at least one sample per node at "
+                "the largest global batch)")
     if args.cores_per_node < 1:
         p.error(f"--cores-per-node {args.cores_per_node}: must be at least 1")
     if not os.path.exists(args.batch_scaling):
@@ -626,7 +632,8 @@ def main(argv: list[str] | None = None) -> int:
     xcheck = exchange_check(scaling, load_json(args.exchange))
     report(s, node, net, exch, rows, measured, checks, other)
     if xcheck:
-        print(f"  the exchange term at 2 ranks with this box's fitted allreduce: {1e3 * xcheck['model_s']:.1f} ms, against "
+        print(f"  the exchange term at 2 ranks with this box's fitted allreduce: {1e3 * xcheck['model_s']:.1f} ms, "
+              "against "
               f"{1e3 * xcheck['measured_exposed_s']:.1f} ms exposed in the learner's step (exchange study, grouped): "
               f"{xcheck['error']:+.0%}")
     today = (((scaling or {}).get("time_to_score_projection") or {}).get("by_exchange") or {}).get("sync", [])

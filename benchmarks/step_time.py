@@ -154,7 +154,7 @@ def summarise(runs: Sequence[dict[str, Any]], tiny: int) -> dict[str, Any]:
         mine = [r for r in runs if r["threads"] == threads]
         cells = [c for r in mine for c in r["cells"]]
 
-        def stats(key: int | str) -> dict[str, Any]:
+        def stats(key: int | str, cells: list[dict[str, Any]] = cells) -> dict[str, Any]:
             xs = [c["median_s"] for c in cells if c["batch"] == key]
             return {"median_s": _quantile(xs, 0.5), "min_s": min(xs), "max_s": max(xs),
                     "q25_s": _quantile(xs, 0.25), "q75_s": _quantile(xs, 0.75), "rounds": len(xs),
@@ -251,7 +251,8 @@ def plot(summary: dict[str, Any], path: str) -> None:
         f = s["fits"].get(name)
         if f:
             ax1.plot(bs, [1e3 * (f["overhead_s"] + f["per_sample_s"] * x) for x in bs], "--", color=line[0].get_color(),
-                     label=f"fit to the {'CPU times' if name == 'cpu' else 'fastest rounds'}: a {1e3 * f['overhead_s']:.1f} "
+                     label=f"fit to the {'CPU times' if name == 'cpu' else 'fastest rounds'}: "
+                           f"a {1e3 * f['overhead_s']:.1f} "
                            f"ms, c {1e3 * f['per_sample_s']:.2f} ms/sample")
     for ax, ylabel in ((ax1, "ms per update"), (ax2, "samples/s")):
         ax.set_xscale("log", base=2)
@@ -271,7 +272,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", default="1,2", help="TensorFlow intra-op thread counts, comma list")
     p.add_argument("--batches", default=",".join(map(str, BATCHES)), help="per-rank batches, comma list")
-    p.add_argument("--tiny", type=int, default=1, help="a tiny batch timed alongside (the fixed cost directly); 0: none")
+    p.add_argument("--tiny", type=int, default=1,
+                   help="a tiny batch timed alongside (the fixed cost directly); 0: none")
     p.add_argument("--rounds", type=int, default=5, help="rounds per worker (all batches each round, shuffled)")
     p.add_argument("--repeats", type=int, default=2, help="workers per thread count (thread counts alternate)")
     p.add_argument("--cell-seconds", type=float, default=0.6, help="seconds of calls per batch per round")
@@ -327,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(run_worker(t, tiny + batches, args.rounds, args.cell_seconds, seed=rep))
     summary = summarise(runs, config["tiny"])
     out = {"machine": harness.machine(), "date": harness.now(), "config": config, "runs": runs,
-           "summary": summary, "fitted": "summary.*.fits and each batch's median/least_disturbed split (overhead_s, compute_s, model_s) are fitted"}
+           "summary": summary,
+           "fitted": "summary.*.fits and each batch's split by each fit (overhead_s, compute_s, model_s) are fitted"}
     if args.analyze_only:
         out["machine"], out["date"] = saved["machine"], saved["date"]
         out["pooled"] = pooled  # the measurements pooled here: date, worker runs, load average at the start

@@ -203,7 +203,8 @@ def run_plan(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, names", [(["--nodes", "0"], "--nodes"), (["--nodes", "many"], "--nodes"),
-                                         (["--nodes", "5000"], "--nodes"), (["--network", "carrier-pigeon"], "--network"),
+                                         (["--nodes", "5000"], "--nodes"),
+                                         (["--network", "carrier-pigeon"], "--network"),
                                          (["--cores-per-node", "0"], "--cores-per-node")])
 def test_bad_input_is_one_line_and_exit_2(args, names):
     p = run_plan(*args, "--no-write-scaling")
