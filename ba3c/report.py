@@ -31,7 +31,8 @@ from ba3c.state import RunState
 _SEVERITY = {HEALTHY: 0, SUSPECT: 1, COLLAPSED: 2}
 # The loss's statistics (StepStats.terms) are progress.csv columns by their names; TensorBoard tags losses/<name>,
 # BA3C's under their older tags
-TERM_TAGS = {"policy_loss": "losses/policy", "value_loss": "losses/value", "entropy": "losses/entropy"}
+TERM_TAGS = {"policy_loss": "losses/policy", "value_loss": "losses/value", "entropy": "losses/entropy",
+             "epsilon": "charts/epsilon"}
 # StepStats field = progress.csv column -> TensorBoard tag
 LOSSES = (("grad_norm", "losses/grad_norm"), ("policy_lag", "perf/policy_lag"))
 

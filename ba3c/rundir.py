@@ -30,7 +30,11 @@ EVAL_FIELDS = ["time_s", "frames", "updates", "policy", "episodes", "score_mean"
 EVAL_PROTOCOL_FILE = "eval-protocol.json"  # the latest periodic evaluation's protocol record
 PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_mean", "return_mean20", "return_max",
                    "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",
-                   "entropy", "grad_norm", "lr",
+                   "entropy",
+                   # Gorila's loss statistics (BA3C's three above are empty there, these in BA3C runs) and its
+                   # exploration epsilon at the last update
+                   "td_loss", "q_mean", "td_abs_mean", "epsilon",
+                   "grad_norm", "lr",
                    # policy_lag: mean updates between choosing an action and training on it (last update)
                    "policy_lag",
                    # cpu_s: CPU seconds of all ranks' processes since the run began (all threads, resumes

@@ -18,8 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ba3c import checkpoint as ckpt
-from ba3c import gorila
+from ba3c import checkpoint as ckpt, gorila
 from ba3c.config import (
     IMPLIED_BY_OLDER_CONFIGS,
     MAX_SEED,
@@ -244,6 +243,8 @@ class Trainer:
         if self.report is not None and self.probe is None:  # rank 0 keeps the first observations it trains on
             self.probe = HealthProbe(self.model, batch.obs[:PROBE_OBS])
         self.stats = self.learner.train(batch)
+        if self.gorila:  # the exploration schedule, beside the loss's statistics in progress.csv
+            self.stats.terms["epsilon"] = self.sim_thread.feed.epsilon()
         self.last_obs = batch.obs  # the final sync judges the last step's weights on them
         self.interval.add(self.stats.entropy, self.stats.grad_norm)
         if self.report is not None and self.stats.b_big:

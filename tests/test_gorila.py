@@ -179,3 +179,26 @@ def test_actor_waits_when_ahead_of_the_learner():
     stop.set()  # a stopping run never leaves the actor waiting
     t.join(5)
     assert not t.is_alive()
+
+
+def test_learner_state_carries_the_target_network():
+    """Checkpoints and the start-up broadcast: network, Adam, then the target network, restored all together."""
+    from ba3c.config import ALGO_DEFAULTS, Config
+    from ba3c.dist import Dist
+    from ba3c.gorila import make_loss
+    from ba3c.learner import Learner
+    from ba3c.model import build_model
+
+    cfg = Config().replace(algo="gorila", **ALGO_DEFAULTS["gorila"])
+    q = lambda: build_model("mlp", (4,), 2, seed=0, head="q")  # noqa: E731
+    model = q()
+    learner = Learner(model, cfg.learn, Dist(), 1e-3, 0, loss=make_loss(cfg, model, q))
+    target = learner.loss.target.model
+    arrays = learner.state_arrays()
+    assert len(arrays) == 2 * len(model.weights) + len(learner.opt.variables)
+    target.set_weights([w + 1 for w in target.get_weights()])
+    model.set_weights([w - 1 for w in model.get_weights()])
+    learner.load_state_arrays(arrays)
+    n = len(model.weights)
+    for a, b in zip(target.get_weights() + model.get_weights(), arrays[-n:] + arrays[:n]):
+        np.testing.assert_array_equal(a, b)
