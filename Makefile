@@ -26,8 +26,13 @@ $(STAMP): requirements.txt setup.cfg launch/build_horovod.sh
 train: $(STAMP)
 	$(PY) -m ba3c.train $(ARGS)
 
+# every test (what .ci/run runs)
 test: $(STAMP)
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+# the unit tier for the edit loop: the marked slow tiers (setup.cfg) left out
+test-fast: $(STAMP)
+	$(PY) -m pytest -q tests -m "not (mpi or slurm or root or learning or slow)" $(PYTEST_ARGS)
 
 # ruff (pyproject.toml [tool.ruff]): the linter; `ruff check --fix` mends what it can
 lint: $(STAMP)

@@ -32,6 +32,7 @@ def test_points_become_rehearsals_of_the_global_batch():
             parse_point(bad)
 
 
+@pytest.mark.slow
 def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "out"
     base = [sys.executable, "-m", "studies.batch_scaling", "--env", "CartPole-v1", "--points", "64:sqrt,128:sqrt",
@@ -77,6 +78,7 @@ def test_cartpole_point_runs_then_curve_survives_its_run_dir(tmp_path):
     assert last["frames_total"] >= 60000 and last["state"] == "frame cap"
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_point_and_keeps_what_it_reached(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "studies.batch_scaling", "--env", "CartPole-v1", "--points",

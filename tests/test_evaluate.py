@@ -239,6 +239,7 @@ def test_table_from_synthetic_evals(tmp_path):
 
 # ---------------------------------------------------------------- end to end
 
+@pytest.mark.slow
 def test_cartpole_train_then_evaluate(tmp_path):
     run = tmp_path / "cp"
     run_train(["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20",
@@ -260,6 +261,7 @@ def test_cartpole_train_then_evaluate(tmp_path):
     assert data["cores_basis"].startswith("measured") and 0 < data["core_hours"] < 1
 
 
+@pytest.mark.slow
 def test_pong_evaluate_records_gif(tmp_path):
     run = tmp_path / "pong"
     run_train(["--env", "pong", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "32",
@@ -484,6 +486,7 @@ def test_sticky_actions_option_is_checked_and_recorded(tmp_path, capsys):
     assert len(err) == 1 and "CartPole-v1 is not an Atari game" in err[0]
 
 
+@pytest.mark.slow
 def test_periodic_and_command_line_evaluation_with_sticky_actions(tmp_path):
     """--eval-sticky-actions reaches eval.csv and eval-protocol.json; `ba3c.evaluate --sticky-actions` the JSON
     (under a name of its own, beside the evaluation without) and the table."""

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, subprocess_env
 from studies.exchange.exchange import timeline_excerpt
 
@@ -42,6 +44,7 @@ def test_timeline_excerpt_tells_overlap_from_none():
     assert "grouped" not in timeline_excerpt(trace(0, 0))
 
 
+@pytest.mark.mpi
 def test_exchange_quick(tmp_path):
     p = subprocess.run([sys.executable, "-m", "studies.exchange", "--quick", "--out", str(tmp_path)],
                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=3600)

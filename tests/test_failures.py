@@ -33,6 +33,7 @@ def _rank_pids(marker: str, rank: int) -> list[int]:
     return out
 
 
+@pytest.mark.mpi
 def test_killed_rank_ends_job_then_resume(tmp_path):
     run = tmp_path / "killed"
     cmd = [str(BIN / "mpirun"), "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "ba3c.train",
@@ -69,6 +70,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_kill9_during_checkpoint_writes_never_corrupts(tmp_path):
     d = str(tmp_path / "ck")
     rng = np.random.default_rng(1)
@@ -100,6 +102,7 @@ def test_emulator_error_names_game_and_env():
         sim.close()
 
 
+@pytest.mark.mpi
 def test_resume_on_two_ranks_says_so(tmp_path):
     run = tmp_path / "grow"
     common = ["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20",
@@ -113,6 +116,7 @@ def test_resume_on_two_ranks_says_so(tmp_path):
     assert meta["final_frames"] == 2000 + (meta["final_update"] - 100) * 40
 
 
+@pytest.mark.slow
 def test_resume_refuses_model_change(tmp_path):
     run = tmp_path / "fixed"
     run_train(["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20",
@@ -121,6 +125,7 @@ def test_resume_refuses_model_change(tmp_path):
     assert p.returncode == 2 and "--env" in p.stderr and "start a new run" in p.stderr
 
 
+@pytest.mark.mpi
 def test_rank0_failing_at_the_end_ends_the_job(tmp_path):
     """Rank 0 cannot write its final checkpoint (here `checkpoints` is a file) while rank 1 waits in
     the closing barrier: the job must end non-zero within seconds, not hang."""
@@ -156,6 +161,7 @@ SLOW_FIRST_UPDATE = ["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch
                      "--intra-op-threads", "1"]
 
 
+@pytest.mark.slow
 def test_signal_before_first_update_exits_at_once(tmp_path):
     proc = _start_and_wait_for([sys.executable, "-m", "ba3c.train", *SLOW_FIRST_UPDATE,
                                 "--run-dir", str(tmp_path / "r")], "distribution backend", tmp_path / "out.txt")
@@ -169,6 +175,7 @@ def test_signal_before_first_update_exits_at_once(tmp_path):
     assert not ckpts.exists() or not ckpt.list_checkpoints(str(ckpts))
 
 
+@pytest.mark.slow
 def test_signal_while_emulators_are_built_ends_the_process(tmp_path):
     """ALE builds its emulators in one C++ call that holds the GIL: the signal must not wait for it."""
     proc = _start_and_wait_for([sys.executable, "-m", "ba3c.train", "--env", "pong", "--num-envs", "400",
@@ -180,6 +187,7 @@ def test_signal_while_emulators_are_built_ends_the_process(tmp_path):
     assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), (tmp_path / "out.txt").read_text()[-2000:]
 
 
+@pytest.mark.mpi
 def test_signal_to_one_rank_before_first_update_ends_every_rank(tmp_path):
     run = tmp_path / "r"
     cmd = [str(BIN / "mpirun"), "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "ba3c.train",
@@ -195,6 +203,7 @@ def test_signal_to_one_rank_before_first_update_ends_every_rank(tmp_path):
     assert not _rank_pids(str(run), 0) and not _rank_pids(str(run), 1), "a rank outlived the job"
 
 
+@pytest.mark.slow
 def test_one_process_is_not_aborted_by_the_hang_watchdog(tmp_path):
     # The watchdog guards the allreduce; a single process has none, and a slow start-up (a large
     # rehearsal on a loaded machine) once got a 2,048-emulator run killed before its first update.
@@ -205,6 +214,7 @@ def test_one_process_is_not_aborted_by_the_hang_watchdog(tmp_path):
     assert (tmp_path / "run" / "progress.csv").exists()
 
 
+@pytest.mark.slow
 def test_signal_during_a_long_evaluation_checkpoints_and_gives_it_up(tmp_path):
     """A stop signal while the periodic evaluation plays (here 100,000 episodes, i.e. for ever) writes the
     checkpoint first and gives the evaluation up: the grace period of a scheduler's signal is not spent

@@ -54,6 +54,7 @@ def test_probe_refuses_a_single_observation(nature):
         HealthProbe(nature, _obs(1))
 
 
+@pytest.mark.slow
 def test_run_logs_feature_health(tmp_path):
     run = tmp_path / "health"
     run_train(["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "32",

@@ -185,6 +185,7 @@ def test_kept_checkpoints_survive_rotation_and_resume_takes_the_newest(tmp_path,
     assert "keep-0000000009.npz" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_keep_every_frames_in_a_run_then_resume_takes_the_newest(tmp_path, tiny_cartpole):
     run = tmp_path / "kept"
     common = [*tiny_cartpole, "--run-dir", str(run), "--keep-checkpoints", "1", "--checkpoint-interval-min", "0.0001",
@@ -231,6 +232,7 @@ COLLAPSING = ["--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8",
               "--stats-interval-updates", "10", "--guard-snapshot-updates", "50"]
 
 
+@pytest.mark.slow
 def test_guard_rolls_back_a_real_collapse_and_training_goes_on(tmp_path):
     run = tmp_path / "guarded"
     # (more rollbacks allowed than the default 3: giving up is tested below, here the run must go on)
@@ -253,6 +255,7 @@ def test_guard_rolls_back_a_real_collapse_and_training_goes_on(tmp_path):
     assert (run / "learning_curve.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_warn_mode_reports_a_collapse_once(tmp_path):
     """--collapse-guard warn: an absurd learning rate without entropy bonus drives the policy deterministic
     within a few updates; the trainer says so once per collapse (not once per interval inside it: a
@@ -272,6 +275,7 @@ def test_warn_mode_reports_a_collapse_once(tmp_path):
     assert all(r["rollbacks"] == "0" for r in progress(run))
 
 
+@pytest.mark.mpi
 def test_two_ranks_roll_back_together_then_give_up(tmp_path):
     """mpirun -np 2 with a floor no policy can clear (entropy is always < 10 nats): every sync point is a
     collapse. Both ranks must roll back to the snapshot taken at start, together (checksums compared after

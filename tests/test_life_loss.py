@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 import numpy as np
+import pytest
 
 from ba3c.experience import Experience
 from ba3c.simulators import AtariSimulator, resolve_env
@@ -101,6 +102,7 @@ def test_breakout_games_span_all_lives_while_returns_end_at_each():
         assert by_id[i] == reward_after[i]
 
 
+@pytest.mark.slow
 def test_trainer_records_the_option_and_evaluation_presses_fire_as_trained(tmp_path):
     """--life-loss terminal reaches the run's config, and `ba3c.evaluate` plays the checkpoint the way it
     trained: an untrained greedy Breakout policy rarely presses FIRE, so without the simulator's FIRE

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, subprocess_env
 
 TINY = ["--", "--num-envs", "8", "--predict-batch", "4", "--train-batch", "32", "--log-interval-s", "0.5",
@@ -22,6 +24,7 @@ def _compare(tmp_path, frames: int, *more: str) -> subprocess.CompletedProcess:
     return p
 
 
+@pytest.mark.slow
 def test_life_loss_compare_breakout(tmp_path):
     first = _compare(tmp_path, 1500)
     turns = [line.split(":")[1].strip() for line in first.stdout.splitlines() if "frames so far" in line]

@@ -30,6 +30,7 @@ def test_config_refuses_a_decay_that_would_train_at_zero_or_do_nothing():
         validate(Config().replace(lr_decay="cosine"))
 
 
+@pytest.mark.slow
 def test_run_logs_the_decayed_lr_and_a_resume_follows_the_frames(tmp_path):
     run = tmp_path / "decay"
     common = ["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20",

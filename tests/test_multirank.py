@@ -14,6 +14,7 @@ def load(out) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("backend", ["horovod", "mpi"])
 def test_gradient_exchange(backend, tmp_path):
     mpirun(2, ["tests/mpi_checks.py", backend, str(tmp_path)], timeout=400)
@@ -62,6 +63,7 @@ def test_gradient_exchange(backend, tmp_path):
     assert r0["gathered"] == [0, 1] and r1["gathered"] is None
 
 
+@pytest.mark.mpi
 def test_two_rank_atari_run(tmp_path):
     run = tmp_path / "run2"
     p = mpirun(2, ["-m", "ba3c.train", "--env", "pong", "--num-envs", "8", "--predict-batch", "4",
@@ -79,6 +81,8 @@ def test_two_rank_atari_run(tmp_path):
     assert sorted(p.name for p in run.iterdir()) >= ["checkpoints", "config.json", "meta.json", "progress.csv"]
 
 
+@pytest.mark.mpi
+@pytest.mark.learning
 @pytest.mark.parametrize("compression", ["none", "fp16"])
 def test_two_rank_cartpole_learns(compression, tmp_path):
     """Gradients exchanged in float16 still learn: 2 ranks with the one-rank learning test's global batch

@@ -91,6 +91,7 @@ def test_learner_measures_squared_norms_of_sub_batches_and_of_the_batch():
         assert 0 < s.pg_sq_big < s.grad_sq_big  # the value head's gradient is in the whole loss's only
 
 
+@pytest.mark.slow
 def test_run_logs_the_pooled_noise_scale(tmp_path):
     run = tmp_path / "noise"
     run_train(["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "16",

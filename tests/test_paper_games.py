@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, subprocess_env
 
 TRAINER = ["--", "--num-envs", "8", "--predict-batch", "8", "--train-batch", "40", "--lr", "1e-3",
@@ -18,6 +20,7 @@ def run(tmp_path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess
                            *args], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_a_game_is_trained_kept_evaluated_and_then_done(tmp_path):
     # target 1: every evaluation reaches it (a CartPole episode scores >= 8), so the test does not hang on learning
     plan = ["--games", "CartPole-v1:1:60000", "--eval-every-frames", "10000", "--eval-episodes", "4",

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, subprocess_env
 
 
@@ -16,6 +18,7 @@ def _train(run_dir, preset: str) -> None:
     assert p.returncode == 0, p.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_preset_compare_cartpole(tmp_path):
     _train(tmp_path / "d", "default")
     _train(tmp_path / "p", "paper")

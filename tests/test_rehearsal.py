@@ -5,6 +5,7 @@ import csv
 import json
 
 import numpy as np
+import pytest
 
 from ba3c.config import Config, global_batch, scaled_lr
 from ba3c.resources import check_memory
@@ -23,6 +24,7 @@ def _read(run) -> tuple[dict, list[dict[str, str]]]:
         return meta, list(csv.DictReader(fh))
 
 
+@pytest.mark.mpi
 def test_rehearsal_matches_a_real_two_rank_run(tmp_path):
     mpirun(2, ["-m", "ba3c.train", *COMMON, "--run-dir", str(tmp_path / "real")], timeout=300)
     p = run_train([*COMMON, "--rehearse-ranks", "2", "--run-dir", str(tmp_path / "rehearsal")], timeout=300)

@@ -101,6 +101,7 @@ def test_a_run_that_used_a_removed_behaviour_is_refused_on_resume_but_evaluates(
     assert c is not None and checkpoint_config(c)[1].learn.lr == Config().learn.lr  # evaluation reads it
 
 
+@pytest.mark.slow
 def test_an_old_run_directory_resumes_and_evaluates(tmp_path, tiny_cartpole):
     """A real run rewritten into the old format resumes to the end; as one that trained with --lr-adapt kl it is
     refused on resume and still evaluates (the old format's checkpoint meta and config read by ba3c.evaluate)."""

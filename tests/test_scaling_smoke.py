@@ -9,9 +9,12 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, subprocess_env
 
 
+@pytest.mark.mpi
 def test_scaling_quick(tmp_path):
     p = subprocess.run([sys.executable, "-m", "benchmarks.scaling", "--quick", "--overlap-ranks", "", "--out", str(tmp_path)],
                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=3600)

@@ -114,7 +114,12 @@ def _why_not() -> str | None:
     return sl.preflight()
 
 
-needs_root = pytest.mark.skipif(_why_not() is not None, reason=f"shaped_links: {_why_not()}")
+def needs_root(test):
+    """The real runs: root for the namespaces (skipped without it, saying why), and mpirun across them."""
+    for mark in (pytest.mark.root, pytest.mark.mpi,
+                 pytest.mark.skipif(_why_not() is not None, reason=f"shaped_links: {_why_not()}")):
+        test = mark(test)
+    return test
 TINY = ["--ranks", "2", "--rates-gbit", "1", "--transports", "default", "--floats", "100000"]
 
 

@@ -11,11 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 RATES = ("env_steps_per_s", "forward_samples_per_s", "train_samples_per_s", "pipeline_steps_per_s",
          "ceiling_steps_per_s", "efficiency", "frames_per_s")
 
 
+@pytest.mark.slow
 def test_throughput_quick(tmp_path: Path) -> None:
     out = tmp_path / "results"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.throughput", "--quick", "--out", str(out)],

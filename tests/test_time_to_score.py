@@ -5,9 +5,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, subprocess_env
 
 
+@pytest.mark.slow
 def test_time_to_score_cartpole(tmp_path):
     # target 1: every CartPole evaluation reaches it, so this checks the harness's mechanics, not whether CartPole
     # learns within a few minutes (a learning outcome a loaded machine may not give)

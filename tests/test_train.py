@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from ba3c import checkpoint as ckpt
 from conftest import ROOT, run_train, subprocess_env
 
@@ -19,6 +21,7 @@ def rows(run_dir) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+@pytest.mark.learning
 def test_cartpole_learns(tmp_path):
     """A real learning curve: mean return of 20 episodes >= 150 within 150k steps (~1 min here; speed is
     the benchmarks' business, not asserted)."""
@@ -54,6 +57,7 @@ def test_cartpole_learns(tmp_path):
     assert list((run / "tb").iterdir()), "no TensorBoard events"
 
 
+@pytest.mark.slow
 def test_atari_pipeline_checkpoint_and_resume(tmp_path):
     run = tmp_path / "pong"
     common = ["--env", "pong", "--num-envs", "8", "--predict-batch", "4", "--train-batch", "32",
@@ -75,6 +79,7 @@ def test_atari_pipeline_checkpoint_and_resume(tmp_path):
     assert json.loads((run / "config.json").read_text())["run"]["total_frames"] == 6000
 
 
+@pytest.mark.slow
 def test_sigusr1_checkpoints_then_resume_finishes(tmp_path):
     run = tmp_path / "sig"
     args = [sys.executable, "-m", "ba3c.train", "--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4",
