@@ -178,3 +178,14 @@ def test_noise_model_predicts_checks_and_flags_contradictions():
     err = {t: abs(math.log(v["checks"][0]["modelled_over_measured"])) for t, v in model["terms"].items()}
     assert model["projection_term"] == min(err, key=err.get)
     assert noise_model([_result("gb64-sqrt", 64, 5_000_000, 5_000_000)]) is None  # no noise measured
+
+
+def test_a_retired_rule_is_analysed_but_not_run(tmp_path):
+    """kl, kl1, kl1ent and advnorm need trainer options that were removed: their kept curves are still read,
+    but running such a point says so at once instead of starting a trainer that refuses the option."""
+    from studies.batch_scaling.batch_scaling import main
+
+    with pytest.raises(SystemExit, match="gb2048-kl: the trainer options of rule kl were removed"):
+        main(["--env", "CartPole-v1", "--run", "2048:kl", "--runs-dir", str(tmp_path / "runs"),
+              "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "runs").exists()

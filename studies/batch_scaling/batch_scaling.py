@@ -21,8 +21,10 @@ Rules (POINT is GLOBAL_BATCH:RULE): sqrt, linear, none (`--lr-scaling` at the de
 (`--preset paper`: fixed 1e-3 with the authors' Adam betas), kl (sqrt's lr to start, then `--lr-adapt
 kl`: a trust region on each update's policy change that also moves the lr, up to 16x sqrt's), kl1
 (the same with the lr never above sqrt's, `--kl-lr-max 1`), kl1ent (kl1 with the entropy bonus
-0.01 x sqrt(64 / B): the policy gradient's noise falls as 1 / sqrt(B), the bonus's gradient does not), advnorm (sqrt with
-`--advantage-norm batch`: advantages standardised within each rehearsed rank's batch).
+0.01 x sqrt(64 / B): the policy gradient's noise falls as 1 / sqrt(B), the bonus's gradient does not),
+advnorm (sqrt with `--advantage-norm batch`: advantages standardised within each rehearsed rank's batch).
+The trainer options of kl, kl1, kl1ent and advnorm were removed after they measured no gain (RETIRED_RULES):
+their kept curves are still analysed, but those points can no longer be run.
 
 A point that will not reach the target (e.g. a collapsed run) is given up with
     python -m studies.batch_scaling --abandon 2048:sqrt --reason "collapsed at update 80"
@@ -47,8 +49,12 @@ from benchmarks.time_to_score import first_reach, main as time_to_score
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # this study's committed results
 
-BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32, "kl": 64, "kl1": 64, "kl1ent": 64, "advnorm": 64}  # per rehearsed rank: the default preset's, the paper's
-DEFAULT_POINTS = "64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:none,2048:paper,2048:kl,2048:kl1,2048:kl1ent,2048:advnorm"
+# per rehearsed rank: the default preset's, the paper's
+BASE_BATCH = {"sqrt": 64, "linear": 64, "none": 64, "paper": 32, "kl": 64, "kl1": 64, "kl1ent": 64, "advnorm": 64}
+# rules whose trainer options were removed (--lr-adapt kl, --advantage-norm batch; git history: 7a76fc9bcf21)
+RETIRED_RULES = ("kl", "kl1", "kl1ent", "advnorm")
+DEFAULT_POINTS = ("64:sqrt,256:sqrt,1024:sqrt,2048:sqrt,2048:linear,2048:none,2048:paper,2048:kl,2048:kl1,2048:kl1ent,"
+                  "2048:advnorm")
 # The committed one-rank Pong run (default config: global batch 64, lr 5e-4 by the sqrt rule at its reference)
 EARLIER_64 = os.path.join(harness.RESULTS, "time_to_score", "time_to_score-pong-progress.csv")
 
@@ -77,7 +83,8 @@ class Point:
         extra = {"kl": [*kl, "16"],  # as first run: the lr may rise to 16x sqrt's
                  "kl1": [*kl, "1"],
                  "kl1ent": [*kl, "1", "--entropy-coef", entropy],
-                 "advnorm": ["--lr-scaling", "sqrt", "--advantage-norm", "batch"]}.get(self.rule, ["--lr-scaling", self.rule])
+                 "advnorm": ["--lr-scaling", "sqrt", "--advantage-norm", "batch"]}.get(self.rule,
+                                                                                        ["--lr-scaling", self.rule])
         return ["--train-batch", str(BASE_BATCH[self.rule]), *ranks, *extra]
 
 
@@ -199,7 +206,8 @@ def noise_model(results: list[PointResult]) -> dict[str, Any] | None:
                 continue
             modelled = frames_from_noise_scale(windows, src.global_batch, r.global_batch)
             checks.append({"point": r.point, "global_batch": r.global_batch, "measured": reached[0],
-                           "criterion": reached[1], "modelled": modelled, "modelled_over_measured": modelled / reached[0]})
+                           "criterion": reached[1], "modelled": modelled,
+                           "modelled_over_measured": modelled / reached[0]})
         contradicted = {b: [r.point for r in results if r.global_batch == b and not frames_reached(r)
                             and r.frames_total >= f] for b, f in frames.items()}
         out["terms"][term] = {"frames": {str(b): f for b, f in frames.items()}, "checks": checks,
@@ -247,7 +255,8 @@ def run_dir(args: argparse.Namespace, p: Point) -> str:
     return os.path.abspath(os.path.join(args.runs_dir, p.name))
 
 
-KEPT_CSVS = ("progress.csv", "eval.csv", "events.csv")  # copied into the results, so curves (and the guard's actions) survive the run directory
+# copied into the results, so curves (and the guard's actions) survive the run directory
+KEPT_CSVS = ("progress.csv", "eval.csv", "events.csv")
 
 
 def result_copy(args: argparse.Namespace, p: Point, csv_name: str) -> str:
@@ -333,6 +342,9 @@ def state_dir(args: argparse.Namespace, p: Point) -> str:
 
 
 def run_point(args: argparse.Namespace, p: Point) -> None:
+    if p.rule in RETIRED_RULES:
+        raise SystemExit(f"batch_scaling: {p.name}: the trainer options of rule {p.rule} were removed (they "
+                         f"measured no gain); its kept curve is still analysed (--analyze-only), but it cannot be run")
     d = run_dir(args, p)
     if harness.restore_state(state_dir(args, p), d):  # a new machine: continue from the state kept with the results
         print(f"batch_scaling: {p.name}: continuing from {state_dir(args, p)}", flush=True)
@@ -367,7 +379,8 @@ def plot(results: list[PointResult], args: argparse.Namespace, points: list[Poin
     ax1.axhline(args.target, color="grey", ls=":")
     ax1.set(xlabel="frames (M)", ylabel="return", title=f"{args.env}: return against frames")
     ax1.legend(fontsize=8)
-    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^"), ("kl", "v"), ("kl1", "<"), ("kl1ent", ">"), ("advnorm", "P")):
+    for rule, marker in (("sqrt", "o"), ("linear", "s"), ("none", "D"), ("paper", "^"), ("kl", "v"), ("kl1", "<"),
+                         ("kl1ent", ">"), ("advnorm", "P")):
         done = [r for r in results if r.rule == rule]
         reached = [r for r in done if r.frames_to_target]
         ax2.plot([r.global_batch for r in reached], [r.frames_to_target / 1e6 for r in reached], marker, ls="-",
@@ -388,7 +401,8 @@ def plot(results: list[PointResult], args: argparse.Namespace, points: list[Poin
             ws = [w for w in r.noise_scale or [] if w.get(key) is not None and w[key] == w[key]]
             if ws:
                 ax3.plot([(w["frames_from"] + w["frames_to"]) / 2e6 for w in ws], [w[key] for w in ws], style,
-                         label=f"global batch {r.global_batch}, {r.rule}: {what} (b {ws[0]['b_small']} vs {ws[0]['b_big']})")
+                         label=f"global batch {r.global_batch}, {r.rule}: {what} "
+                               f"(b {ws[0]['b_small']} vs {ws[0]['b_big']})")
     for b in sorted({r.global_batch for r in results}):
         ax3.axhline(b, color="grey", ls=":", lw=0.8)
     ax3.set_yscale("log")
@@ -448,8 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nice", type=int, default=10)
     p.add_argument("--noise-scale-every", type=int, default=10,
                    help="the trainer's gradient noise scale measurement every this many updates (one more forward "
-                        "and two more backward passes of the batch then, in sub-batches; progress.csv's noise_scale: the batch beyond which more samples "
-                        "per update stop saving updates); 0: off")
+                        "and two more backward passes of the batch then, in sub-batches; progress.csv's noise_scale: "
+                        "the batch beyond which more samples per update stop saving updates); 0: off")
     p.add_argument("--eval-every-frames", type=int, default=1_000_000,
                    help="periodic evaluation (paper protocol) of the policy at that frame, beside the training "
                         "criterion, which lags it by a game's frames on every emulator (0: off)")
@@ -465,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
         abandon(args, parse_point(args.abandon), args.reason)
     elif args.run and not args.analyze_only:
         if args.run == "next":
-            todo = [q for q in points if (s := summarize(args, q)) is None or s.state == "partial"]  # not abandoned
+            todo = [q for q in points if q.rule not in RETIRED_RULES  # and not abandoned:
+                    and ((s := summarize(args, q)) is None or s.state == "partial")]
             if not todo:
                 print("batch_scaling: every point is finished")
             else:

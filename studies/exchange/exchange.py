@@ -1,6 +1,6 @@
 """The gradient exchange on two ranks, one core each: which way to exchange, which knobs, what the trainer gains.
 
-    python -m studies.exchange [--quick] [--parts paths,knobs,timeline,trainer] [--rounds 3] [--out studies/exchange/results]
+    python -m studies.exchange [--quick] [--parts paths,knobs,timeline,trainer] [--rounds 3] [--out DIR]
 
 * paths: studies/exchange/exchange_step.py under `mpirun -np 2` (one core, one TensorFlow compute thread
   per rank; Nature CNN, batch 32 per rank), the variants of one backend per launch, alternated
@@ -56,17 +56,21 @@ class Knob:
 KNOBS = [
     Knob("default", {}, "Horovod 0.28 defaults: cycle 1 ms, fusion buffer 128 MB, response cache on; "
                         "Open MPI yield_when_idle 1 (the Makefile's), its own allreduce choice"),
-    Knob("cycle 0.2 ms", {"HOROVOD_CYCLE_TIME": "0.2"}, "Horovod's background thread looks for ready tensors every 0.2 ms"),
+    Knob("cycle 0.2 ms", {"HOROVOD_CYCLE_TIME": "0.2"},
+         "Horovod's background thread looks for ready tensors every 0.2 ms"),
     Knob("cycle 5 ms", {"HOROVOD_CYCLE_TIME": "5"}, "every 5 ms: fewer wake-ups, up to 5 ms later start"),
-    Knob("fusion off", {"HOROVOD_FUSION_THRESHOLD": "0"}, "one MPI allreduce per tensor, no copies into a fusion buffer"),
+    Knob("fusion off", {"HOROVOD_FUSION_THRESHOLD": "0"},
+         "one MPI allreduce per tensor, no copies into a fusion buffer"),
     Knob("fusion 1 MB", {"HOROVOD_FUSION_THRESHOLD": str(1 << 20)},
          "small gradients ready in one cycle are fused; the 6.4 MB dense one goes alone"),
     Knob("response cache off", {"HOROVOD_CACHE_CAPACITY": "0"},
          "every tensor negotiated through rank 0 each update instead of a cached bit-vector allreduce"),
     Knob("busy polling", {"OMPI_MCA_mpi_yield_when_idle": "0"}, "a waiting rank spins instead of yielding its core"),
-    Knob("ring allreduce", {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"},
+    Knob("ring allreduce",
+         {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"},
          "Open MPI's tuned allreduce forced to the ring algorithm"),
-    Knob("recursive doubling", {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_allreduce_algorithm": "3"},
+    Knob("recursive doubling",
+         {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_allreduce_algorithm": "3"},
          "forced to recursive doubling"),
 ]
 
@@ -229,7 +233,8 @@ def run_trainer(rounds: int, seconds: float, warmup: float, variants: list[str])
             load = os.getloadavg()[0]
             m = run_point(spec, s)
             out.append({"seq": len(out), "round": rnd, "variant": name, "load_avg_1min_at_start": load, **m.to_json()})
-            print(f"    frames/s {m.frames_per_s or float('nan'):.0f}" + (f"  error: {m.error[:300]}" if m.error else ""),
+            print(f"    frames/s {m.frames_per_s or float('nan'):.0f}"
+                  + (f"  error: {m.error[:300]}" if m.error else ""),
                   flush=True)
     return out
 
@@ -282,7 +287,8 @@ def projection_input(res: dict[str, Any]) -> dict[str, Any]:
         "overlappable_share_of_bytes": NATURE_FLOATS_BEFORE_CONVS / (NATURE_FLOATS_BEFORE_CONVS + NATURE_FLOATS_CONVS)}
     # Each Horovod variant's exposed exchange over float32 grouped's, as benchmarks/scaling.py --exposed takes it
     # (a share above 1, an exchange that exposes more than grouped, is passed as 1: no better than sync)
-    fractions = {v: s[v]["exposed_ms"]["median"] / g["median"] for v in ("per-tensor", "grouped-fp16", "per-tensor-fp16")
+    fractions = {v: s[v]["exposed_ms"]["median"] / g["median"]
+                 for v in ("per-tensor", "grouped-fp16", "per-tensor-fp16")
                  if s.get(v, {}).get("exposed_ms", {}).get("n")}
     out["exposed_fraction_vs_grouped"] = fractions
     out["scaling_exposed_arg"] = ",".join(f"{v}={min(f, 1.0):.2f}" for v, f in fractions.items())
@@ -383,7 +389,8 @@ def report(res: dict[str, Any]) -> None:
         print(f"\nlearner step, 2 ranks, {io} inter-op thread(s): median (range) over rounds")
         print(f"{'variant':>16} {'vs control':>20} {'ms/update':>20} {'exposed ms':>20}")
         for n, v in s.items():
-            print(f"{n:>16} {_fmt(v['vs_control']):>20} {_fmt(v['step_ms'], '.1f'):>20} {_fmt(v['exposed_ms'], '.1f'):>20}")
+            print(f"{n:>16} {_fmt(v['vs_control']):>20} {_fmt(v['step_ms'], '.1f'):>20} "
+                  f"{_fmt(v['exposed_ms'], '.1f'):>20}")
     if res.get("knobs"):
         print(f"\nknobs (learner step, 2 ranks): {'setting':>20} {'grouped vs control':>20} {'exposed ms':>18} "
               f"{'per-tensor vs control':>22} {'exposed ms':>18}")
@@ -407,7 +414,8 @@ def report(res: dict[str, Any]) -> None:
         print(f"\nprojection input: exposed exchange grouped {p['exposed_ms_grouped']:.1f} ms, per-tensor "
               f"{p['exposed_ms_per_tensor']:.1f} ms: fraction {p['exposed_fraction_per_tensor']:.2f}")
         if p.get("scaling_exposed_arg"):
-            print(f"for the projection: python -m benchmarks.scaling --analyze-only benchmarks/results/scaling/scaling.json "
+            print("for the projection: python -m benchmarks.scaling --analyze-only "
+                  f"benchmarks/results/scaling/scaling.json "
                   f"--exposed {p['scaling_exposed_arg']}")
 
 
@@ -425,17 +433,21 @@ class Plan:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="a smoke test: paths with 3 variants, 1 short round, the timeline")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke test: paths with 3 variants, 1 short round, the timeline")
     p.add_argument("--parts", default="trainer,paths,timeline,knobs", help="what to measure, in this order")
-    p.add_argument("--rounds", type=int, default=9, help="rounds per launch (learner step): every variant once per round")
+    p.add_argument("--rounds", type=int, default=9,
+                   help="rounds per launch (learner step): every variant once per round")
     p.add_argument("--steps", type=int, default=10,
                    help="updates per variant per round (learner step); short blocks, so the machine's load drifts "
                         "little between a variant and its control")
-    p.add_argument("--trainer-rounds", type=int, default=3, help="trainer rounds: the control and every variant once each")
+    p.add_argument("--trainer-rounds", type=int, default=3,
+                   help="trainer rounds: the control and every variant once each")
     p.add_argument("--trainer-variants", default=",".join(TRAINER_VARIANTS),
                    help="the exchanges the trainer part runs, each between two controls (comma list of "
                         + ", ".join(TRAINER_VARIANTS) + ")")
-    p.add_argument("--launches", type=int, default=1, help="launches per inter-op setting in the paths part, alternated")
+    p.add_argument("--launches", type=int, default=1,
+                   help="launches per inter-op setting in the paths part, alternated")
     p.add_argument("--seconds", type=float, default=30.0, help="trainer measurement window after warm-up")
     p.add_argument("--warmup", type=float, default=10.0, help="trainer warm-up seconds")
     p.add_argument("--out", default=RESULTS)

@@ -18,8 +18,9 @@ every --mark-every frames that every run has reached, per run and averaged over 
 variant. With --eval-episodes N, once every run is at --frames, each run's final checkpoint is also
 evaluated with the paper's protocol (`python -m ba3c.evaluate --policy paper`, N games; a `terminal`
 run has FIRE pressed for it after a lost life, as it trained), and the scores join the comparison
-(the evaluation JSON stays in the run directory, so it never enters the scores table). Writes life_loss_compare-GAME.{json,png} and each run's progress.csv
-(life_loss_compare-GAME-VARIANT-sSEED-progress.csv) in --out, and prints the table.
+(the evaluation JSON stays in the run directory, so it never enters the scores table). Writes
+life_loss_compare-GAME.{json,png} and each run's progress.csv (life_loss_compare-GAME-VARIANT-sSEED-progress.csv)
+in --out (default studies/life_loss_compare/results), and prints the table.
 """
 from __future__ import annotations
 
@@ -85,9 +86,10 @@ def read_evaluation(args: argparse.Namespace, r: Run) -> dict[str, Any] | None:
     if os.path.exists(eval_path(args, r)):
         with open(eval_path(args, r)) as fh:
             ev = json.load(fh)
-        return {"policy": ev["policy"], "episodes": ev["episodes"], "frames": ev["frames"], "mean": ev["score"]["mean"],
-                "std": ev["score"]["std"], "median": ev["score"]["median"], "truncated_episodes": ev.get("truncated_episodes"),
-                "fire_after_life_loss": ev["protocol"].get("fire_after_life_loss"), "eval_wall_s": ev.get("eval_wall_s")}
+        return {"policy": ev["policy"], "episodes": ev["episodes"], "frames": ev["frames"],
+                "mean": ev["score"]["mean"], "std": ev["score"]["std"], "median": ev["score"]["median"],
+                "truncated_episodes": ev.get("truncated_episodes"), "eval_wall_s": ev.get("eval_wall_s"),
+                "fire_after_life_loss": ev["protocol"].get("fire_after_life_loss")}
     kept = os.path.join(args.out, f"life_loss_compare-{args.env.lower()}.json")
     if os.path.exists(kept):
         with open(kept) as fh:
@@ -205,7 +207,8 @@ def summarize(args: argparse.Namespace, r: Run, marks: list[int]) -> RunResult |
                      [float(x["episode_length_mean"] or "nan") for x in curve], read_evaluation(args, r))
 
 
-def variant_means(results: list[RunResult], marks: list[int], variants: list[str], seeds: list[int]) -> dict[str, dict[str, float | None]]:
+def variant_means(results: list[RunResult], marks: list[int], variants: list[str],
+                  seeds: list[int]) -> dict[str, dict[str, float | None]]:
     """Per variant, per mark: the mean over its seeds, only where every seed has a value (else None)."""
     out: dict[str, dict[str, float | None]] = {}
     for v in variants:
@@ -302,13 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default=",".join(VARIANTS), help="--life-loss values to compare")
     p.add_argument("--segment-minutes", type=float, default=30.0, help="one turn of one run (its --max-minutes)")
     p.add_argument("--max-hours", type=float, default=8.0, help="this invocation's budget, checked between turns")
-    p.add_argument("--startup-min", type=float, default=30.0, help="cap on one turn's start-up (a loaded machine is slow)")
+    p.add_argument("--startup-min", type=float, default=30.0,
+                   help="cap on one turn's start-up (a loaded machine is slow)")
     p.add_argument("--mark-every", type=int, default=1_000_000, help="frames between the compared marks")
     p.add_argument("--nice", type=int, default=10)
     p.add_argument("--runs-dir", default="", help="default runs/life_loss_compare-GAME")
     p.add_argument("--out", default=RESULTS)
     p.add_argument("--eval-episodes", type=int, default=0,
-                   help="once every run is at --frames, evaluate each with the paper's protocol, this many games (0: off)")
+                   help="once every run is at --frames, evaluate each with the paper's protocol, this many games "
+                        "(0: off)")
     p.add_argument("--analyze-only", action="store_true")
     args, extra = p.parse_known_args(argv)
     args.extra = [a for a in extra if a != "--"]

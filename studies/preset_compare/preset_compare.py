@@ -140,7 +140,8 @@ def report(result: PresetCompare) -> None:
     for pr in sorted({c.preset for c in result.cost}):
         cs = [c for c in result.cost if c.preset == pr]
         print(f"cost, preset {pr}: {sum(c.frames_per_s for c in cs) / len(cs):,.0f} frames/s, "
-              f"{1e6 * result.cpu_s_per_frame(pr):,.0f} CPU s per million frames (1 rank, {result.machine['cores']} cores)")
+              f"{1e6 * result.cpu_s_per_frame(pr):,.0f} CPU s per million frames "
+              f"(1 rank, {result.machine['cores']} cores)")
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, str], dict[str, dict[str, Any]]]:
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     presets = sorted({c["run"]["preset"] for c in cfgs.values()})
     cost = measure_costs(game, presets, args.measure_seconds, args.warmup) if args.measure_seconds > 0 else []
     costed = PresetCompare(game, harness.machine(), harness.now(), cost, {})
-    curves = {name: curve(d, costed.cpu_s_per_frame(cfgs[name]["run"]["preset"]), thresholds) for name, d in runs.items()}
+    curves = {name: curve(d, costed.cpu_s_per_frame(cfgs[name]["run"]["preset"]), thresholds)
+              for name, d in runs.items()}
     result = PresetCompare(game, costed.machine, costed.date, cost, curves)
     report(result)
     os.makedirs(args.out, exist_ok=True)

@@ -1,6 +1,7 @@
 """The trainer's gradient exchange and nothing else, timed on every rank (run under mpirun).
 
-    mpirun -np R python -m studies.shaped_links.exchange_probe OUT.json [--backends mpi,horovod] [--floats N] [--reps 10]
+    mpirun -np R python -m studies.shaped_links.exchange_probe OUT.json [--backends mpi,horovod] [--floats N]
+        [--reps 10]
 
 The calls are the trainer's own (ba3c/dist.py), on a message the size of the Nature CNN's gradient:
 * `mpi`: `MpiDist.average_flat` (mpi4py `Allreduce` of one flat float32 buffer, then / ranks);

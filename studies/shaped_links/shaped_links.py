@@ -3,20 +3,21 @@
     sudo python -m studies.shaped_links [--ranks 2,4,8] [--rates-gbit 0.1,1,10] [--reps 10]
             [--transports default,eager,ring,ring+eager] [--backends mpi,horovod] [--quick] [--out DIR]
 
-Needs root, iproute2 (`ip`, `tc`) and `unshare`. No training: ranks that only exchange the Nature
-CNN's gradient (studies/shaped_links/exchange_probe.py, the trainer's own calls) over Open MPI's TCP transport.
+Needs root, iproute2 (`ip`, `tc`) and `unshare`. No training: ranks that only exchange the Nature CNN's
+gradient (studies/shaped_links/exchange_probe.py, the trainer's own calls) over Open MPI's TCP
+transport.
 
-The cluster (benchmarks/netns.py, which builds and removes it). Each rank is a "node": a network namespace with its own host name (UTS namespace),
-joined by one veth pair to a hub namespace whose Linux bridge is the switch. Both ends of every
-veth carry a tbf qdisc at the link rate (the node's end shapes what it sends, the hub's end what
-it receives): a full-duplex NIC of that rate on a non-blocking switch. mpirun runs in the hub;
-PRRTE starts one daemon per node through `ip netns exec` (its ssh agent, a script in a temporary
-directory), each rank talks PMIx to its own node's daemon over that node's loopback, and ranks
-exchange with `--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include <cluster subnet>`, so no
-shared memory and no loopback can carry the gradient. Recorded per run, as evidence: the bytes
-each tbf qdisc passed against its interface's, tbf overlimits and drops, and per rank the bytes
-its interface and its loopback carried during the timed exchanges; and each rank's host name.
-There is no added latency (netem is not available); the model takes published latencies.
+The cluster (benchmarks/netns.py, which builds and removes it). Each rank is a "node": a network
+namespace with its own host name (UTS namespace), joined by one veth pair to a hub namespace whose Linux
+bridge is the switch. Both ends of every veth carry a tbf qdisc at the link rate (the node's end shapes
+what it sends, the hub's end what it receives): a full-duplex NIC of that rate on a non-blocking switch.
+mpirun runs in the hub; PRRTE starts one daemon per node through `ip netns exec` (its ssh agent, a
+script in a temporary directory), each rank talks PMIx to its own node's daemon over that node's
+loopback, and ranks exchange with `--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include <cluster
+subnet>`, so no shared memory and no loopback can carry the gradient. Recorded per run, as evidence: the
+bytes each tbf qdisc passed against its interface's, tbf overlimits and drops, and per rank the bytes
+its interface and its loopback carried during the timed exchanges; and each rank's host name. There is
+no added latency (netem is not available); the model takes published latencies.
 
 Points. For each rank count, each transport variant (Open MPI's defaults, and variants that
 isolate why they differ from the model: see `transport_mca`): one run with no qdisc (what the
@@ -121,13 +122,15 @@ def message_bytes(s: Settings) -> int:
     return 4 * max(s.floats, sm.MODEL_FLOATS if "horovod" in s.backends else 0)
 
 
-def mpirun_command(topo: Topology, agent: str, hostfile: str, out: str, s: Settings, transport: str = "default") -> list[str]:
+def mpirun_command(topo: Topology, agent: str, hostfile: str, out: str, s: Settings,
+                   transport: str = "default") -> list[str]:
     subnet = f"{SUBNET}.0/24"
     nbytes = message_bytes(s)
     mpirun = ["mpirun", "--hostfile", hostfile, "-np", str(topo.ranks), "--map-by", "node", "--bind-to", "none",
               "--prtemca", "plm_ssh_agent", agent, "--prtemca", "oob_tcp_if_include", subnet,
               "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", subnet,
-              *transport_mca(transport, nbytes), sys.executable, "-m", "studies.shaped_links.exchange_probe", out, "--backends", ",".join(s.backends),
+              *transport_mca(transport, nbytes), sys.executable, "-m", "studies.shaped_links.exchange_probe", out,
+              "--backends", ",".join(s.backends),
               "--floats", str(s.floats), "--reps", str(s.reps), "--warmup", str(s.warmup), "--tag", topo.tag]
     # mpirun in the hub namespace, named after it (the nodes' names differ from it and from each other)
     return ["ip", "netns", "exec", topo.hub, "unshare", "--uts", "sh", "-c", 'hostname "$0"; exec "$@"', topo.hub,
@@ -153,7 +156,8 @@ def run_exchange(cluster: Cluster, workdir: str, s: Settings, transport: str) ->
             proc.wait()
     res: dict[str, Any] = {"ranks": topo.ranks, "rate_bps": cluster.rate_bps, "transport": transport,
                            "mca": transport_mca(transport, message_bytes(s)),
-                           "tbf": None if cluster.rate_bps is None else dict(zip(("burst", "limit"), tbf_sizes(cluster.rate_bps))),
+                           "tbf": (None if cluster.rate_bps is None
+                                   else dict(zip(("burst", "limit"), tbf_sizes(cluster.rate_bps)))),
                            "returncode": proc.returncode,
                            "wall_s": time.time() - t0, "command": " ".join(cmd)}
     if proc.returncode != 0 or not os.path.exists(out):
@@ -278,14 +282,16 @@ def report(a: dict[str, Any]) -> None:
               f"{_pct(err, 'projected'):>7} {_pct(err, 'framing'):>7} {_pct(err, 'fitted'):>7}")
     print("sent/ring: bytes a rank's interface sent per exchange over the ring allreduce's 2(r-1)/r x message; "
           f"cpu share: unshaped / shaped median (link-bound if <= {a['link_bound_max_cpu_share']}); "
-          "model (modelled): 2(r-1)/r x bytes / (0.8 x line) + 2(r-1) x published latency; error = (model - measured) / measured")
+          "model (modelled): 2(r-1)/r x bytes / (0.8 x line) + 2(r-1) x published latency; "
+          "error = (model - measured) / measured")
     for group, f in a["fits"].items():
         print(f"fitted ({group}, {f['points']} link-bound points): t = {1e3 * f['overhead_s']:.2f} ms + "
               f"2(r-1)/r x bytes / ({f['efficiency']:.3f} x line rate)")
     for group, s in a["summary"].items():
         print(f"{group}: judged at ranks {s['ranks_judged']} ({len(s['link_bound_points'])} link-bound points, "
               f"{len(s['cpu_bound_points'])} CPU-bound); max |error| "
-              + ", ".join(f"{k} {v:.1%} ({'met' if s['target_met'][k] else 'NOT met'})" for k, v in s["max_abs_error"].items()))
+              + ", ".join(f"{k} {v:.1%} ({'met' if s['target_met'][k] else 'NOT met'})"
+                          for k, v in s["max_abs_error"].items()))
 
 
 def plot(a: dict[str, Any], path: str, title: str) -> None:
@@ -308,7 +314,8 @@ def plot(a: dict[str, Any], path: str, title: str) -> None:
             rs, c = [r["ranks"] for r in pts], colors[rate]
             med = np.array([1e3 * r["median_s"] for r in pts])
             spread = [med - [1e3 * r["min_s"] for r in pts], [1e3 * r["max_s"] for r in pts] - med]
-            ax1.errorbar(rs, med, yerr=spread, fmt="o", color=c, capsize=3, label=f"measured, {_rate(rate)} (median, min-max)")
+            ax1.errorbar(rs, med, yerr=spread, fmt="o", color=c, capsize=3,
+                         label=f"measured, {_rate(rate)} (median, min-max)")
             ax1.plot(rs, [1e3 * r["predicted_s"]["projected"] for r in pts], "--", color=c,
                      label=f"modelled, {_rate(rate)} (dotted: framing-corrected)")
             ax1.plot(rs, [1e3 * r["predicted_s"]["framing"] for r in pts], ":", color=c)
