@@ -342,7 +342,8 @@ def _flag(name: str) -> str:
 
 
 def field_type(f: Any) -> type:
-    """The Python type of a config dataclass field (annotations are strings under `from __future__ import annotations`)."""
+    """The Python type of a config dataclass field (annotations are strings under `from __future__ import
+    annotations`)."""
     return f.type if isinstance(f.type, type) else {"int": int, "float": float, "str": str}[f.type]
 
 
@@ -365,9 +366,10 @@ def validate(cfg: Config) -> None:
     positive = dict(num_envs=s.num_envs, predict_batch=s.predict_batch, max_episode_frames=s.max_episode_frames,
                     n_step=l.n_step, train_batch=l.train_batch, lr=l.lr, lr_ref_batch=l.lr_ref_batch,
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
-                    checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min, keep_checkpoints=r.keep_checkpoints,
-                    checkpoint_max_failures=r.checkpoint_max_failures,
-                    queue_batches=r.queue_batches, eval_episodes=r.eval_episodes, stats_interval_updates=r.stats_interval_updates,
+                    checkpoint_interval_min=r.checkpoint_interval_min, hang_timeout_min=r.hang_timeout_min,
+                    keep_checkpoints=r.keep_checkpoints, checkpoint_max_failures=r.checkpoint_max_failures,
+                    queue_batches=r.queue_batches, eval_episodes=r.eval_episodes,
+                    stats_interval_updates=r.stats_interval_updates,
                     adam_eps=l.adam_eps, rehearse_ranks=r.rehearse_ranks,
                     guard_snapshot_updates=r.guard_snapshot_updates, guard_grad_jump=r.guard_grad_jump,
                     guard_max_rollbacks=r.guard_max_rollbacks)
@@ -375,7 +377,8 @@ def validate(cfg: Config) -> None:
         if v <= 0:
             raise ConfigError(f"{_flag(name)}: must be > 0, got {v}")
     nonneg = dict(eval_every_frames=r.eval_every_frames, keep_every_frames=r.keep_every_frames,
-                  guard_entropy_floor=r.guard_entropy_floor, max_minutes=r.max_minutes, env_threads=s.env_threads, seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
+                  guard_entropy_floor=r.guard_entropy_floor, max_minutes=r.max_minutes, env_threads=s.env_threads,
+                  seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
                   value_coef=l.value_coef, warmup_updates=l.warmup_updates, noise_scale_every=l.noise_scale_every,
                   intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads,
                   decorrelate_steps=s.decorrelate_steps, lr_decay_frames=l.lr_decay_frames)
@@ -404,7 +407,8 @@ def validate(cfg: Config) -> None:
                           f"add --lr-decay linear or drop --lr-decay-frames")
     if l.lr_decay == "linear" and 0 < l.lr_decay_frames < r.total_frames:
         raise ConfigError(f"--lr-decay-frames {l.lr_decay_frames} is below --total-frames {r.total_frames}: the frames "
-                          f"after it would train at lr 0; raise it to at least {r.total_frames} (or 0 for --total-frames)")
+                          f"after it would train at lr 0; raise it to at least {r.total_frames} "
+                          f"(or 0 for --total-frames)")
     if not 0.0 < l.gamma <= 1.0:
         raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
     for name in ("beta1", "beta2"):
@@ -499,11 +503,13 @@ def check_world(cfg: Config, world_size: int) -> None:
     """Checks that need the number of ranks (run before any expensive start-up)."""
     gb, ranks = global_batch(cfg, world_size), data_ranks(cfg, world_size)
     if gb > MAX_GLOBAL_BATCH:
-        what = f"{world_size} ranks" + (f" x --rehearse-ranks {cfg.run.rehearse_ranks}" if cfg.run.rehearse_ranks > 1 else "")
+        rehearsal = f" x --rehearse-ranks {cfg.run.rehearse_ranks}" if cfg.run.rehearse_ranks > 1 else ""
+        what = f"{world_size} ranks{rehearsal}"
         # only fixes that can be applied: each of them is at least 1
         fixes = [f"lower --train-batch to at most {MAX_GLOBAL_BATCH // ranks}"] if ranks <= MAX_GLOBAL_BATCH else []
         if cfg.run.rehearse_ranks > 1 and world_size * cfg.learn.train_batch <= MAX_GLOBAL_BATCH:
-            fixes.append(f"lower --rehearse-ranks to at most {MAX_GLOBAL_BATCH // (world_size * cfg.learn.train_batch)}")
+            most = MAX_GLOBAL_BATCH // (world_size * cfg.learn.train_batch)
+            fixes.append(f"lower --rehearse-ranks to at most {most}")
         if not fixes:
             fixes.append(f"run on at most {MAX_GLOBAL_BATCH // cfg.learn.train_batch} ranks")
         raise ConfigError(f"global batch {cfg.learn.train_batch} x {what} = {gb} exceeds {MAX_GLOBAL_BATCH}; "

@@ -1,6 +1,7 @@
 """Rank 0's reporting: at each sync point the progress line, a progress.csv row, TensorBoard scalars
-and the collapse guard's events (a line, events.csv); around them the run's first and last words (config.json, meta.json, the start line,
-the stage-time table, how the run ended), checkpoints written and periodic evaluation results.
+and the collapse guard's events (a line, events.csv); around them the run's first and last words (config.json,
+meta.json, the start line, the stage-time table, how the run ended), checkpoints written and periodic evaluation
+results.
 
 No collectives here: the runner hands over what its sync point gathered.
 """
@@ -80,7 +81,8 @@ class Reporter:
         self._grad_max = 0.0
         self._worst = HEALTHY
         self._noise: list[StepStats] = []  # --noise-scale-every's measurements since the last row
-        print(f"ba3c: {meta['env']['kind']}:{meta['env']['name']} model={meta['model']} ({meta['num_params']:,} params) "
+        env = f"{meta['env']['kind']}:{meta['env']['name']}"
+        print(f"ba3c: {env} model={meta['model']} ({meta['num_params']:,} params) "
               f"ranks={meta['ranks']} dist={meta['dist_backend']} global_batch={meta['global_batch']} "
               f"lr={meta['lr_effective']:.2e} -> {run_dir}", flush=True)
 
@@ -163,7 +165,9 @@ class Reporter:
         if plan.action in ("none", "snapshot"):
             return
         s, v, u = plan.stats, plan.verdict, state.updates
-        ref = f"; largest gradient norm {s.grad_norm_max:.3g}" + (f" (recent median {v.grad_ref:.3g})" if v.grad_ref else "")
+        ref = f"; largest gradient norm {s.grad_norm_max:.3g}"
+        if v.grad_ref:
+            ref += f" (recent median {v.grad_ref:.3g})"
         if s.episode_length is not None:
             ref += f"; episodes {s.episode_length:.0f} steps" + (
                 f" (recent {v.episode_length_ref:.0f})" if v.episode_length_ref else "")

@@ -137,7 +137,8 @@ class Trainer:
                            head=head_for(self.cfg.learn.algo))
 
     def _restore(self) -> tuple[RunState, dict[str, list[Any]]]:
-        """Rank 0, on resume: the newest valid checkpoint into the learner; returns its run state and the config changes."""
+        """Rank 0, on resume: the newest valid checkpoint into the learner; returns its run state and the config
+        changes."""
         c = ckpt.load_latest(self.ckpt_dir)
         if c is None:
             print(f"ba3c: no valid checkpoint in {self.ckpt_dir}; starting from scratch", file=sys.stderr)
@@ -203,7 +204,8 @@ class Trainer:
         if self.report is not None and r.eval_every_frames:
             snapshot = self._network()
             self.evaluator = EvalThread(snapshot, self._evaluate, self.report.evaluation)
-        self.next_eval = (self.state.frames // r.eval_every_frames + 1) * r.eval_every_frames if r.eval_every_frames else 0
+        every = r.eval_every_frames
+        self.next_eval = (self.state.frames // every + 1) * every if every else 0
 
     # ---- the loop
     def run(self) -> int:

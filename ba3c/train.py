@@ -130,7 +130,8 @@ def check_args(argv: Sequence[str] | None) -> Checked:
     if cfg.sim.decorrelate_steps and spec.kind != "atari":
         raise ConfigError(f"--decorrelate-steps {cfg.sim.decorrelate_steps}: only Atari simulators restart single "
                           f"games; {cfg.sim.env} is not an Atari game (use 0)")
-    for option, p in (("--sticky-actions", cfg.sim.sticky_actions), ("--eval-sticky-actions", cfg.run.eval_sticky_actions)):
+    sticky = (("--sticky-actions", cfg.sim.sticky_actions), ("--eval-sticky-actions", cfg.run.eval_sticky_actions))
+    for option, p in sticky:
         if (problem := sticky_actions_problem(option, p, spec.kind, cfg.sim.env)) is not None:
             raise ConfigError(problem)
     check_world(cfg, dist_mod.world_size_hint())
@@ -177,7 +178,8 @@ def _main(argv: Sequence[str] | None, flag) -> int:  # flag: signals.SignalFlag
         # Several ranks: the others may be inside a collective, so a collective shutdown here would
         # hang. Exit non-zero at once instead; mpirun then ends the job and names this rank.
         traceback.print_exc()
-        print(f"ba3c: rank {d.rank} failed; ending the job (resume with --resume {run_dir})", file=sys.stderr, flush=True)
+        print(f"ba3c: rank {d.rank} failed; ending the job (resume with --resume {run_dir})", file=sys.stderr,
+              flush=True)
         os._exit(1)
     finally:
         flag.restore()
