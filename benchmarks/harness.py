@@ -228,7 +228,8 @@ def launch(job: TrainerJob, stop: Callable[[list[list[Row]]], bool] = never) -> 
     frames_at_launch = [_last_frames(progress_rows(d)) for d in job.run_dirs]
     log = open(job.log_path, "w") if job.log_path else None
     t0 = time.time()
-    proc = subprocess.Popen(job.command, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT if log else None,
+    proc = subprocess.Popen(job.command, cwd=ROOT, env=child_env(), stdout=log,
+                            stderr=subprocess.STDOUT if log else None,
                             start_new_session=True)
     outcome, t_started = "finished", None
     try:
@@ -241,7 +242,8 @@ def launch(job: TrainerJob, stop: Callable[[list[list[Row]]], bool] = never) -> 
                 outcome = _stop(proc, job)
             elif t_started is None and job.startup_timeout_s is not None and time.time() - t0 > job.startup_timeout_s:
                 outcome = "startup timeout"
-            elif t_started is not None and job.run_timeout_s is not None and time.time() - t_started > job.run_timeout_s:
+            elif (t_started is not None and job.run_timeout_s is not None
+                  and time.time() - t_started > job.run_timeout_s):
                 outcome = "run timeout"
             if outcome != "finished":
                 break

@@ -107,7 +107,8 @@ def run_point(spec: RunSpec, s: Settings) -> Measurement:
     run_dir = tempfile.mkdtemp(prefix=f"ba3c-scale-{spec.layout}{spec.ranks}-")
     job, over = trainer_job(spec, s, run_dir)
     run = harness.launch(job, harness.stop_after_logged(s.warmup + s.seconds))
-    common = dict(ranks=spec.ranks, layout=spec.layout, exchange="none" if spec.layout == "independent" else spec.exchange,
+    exchange = "none" if spec.layout == "independent" else spec.exchange
+    common = dict(ranks=spec.ranks, layout=spec.layout, exchange=exchange,
                   threads_per_rank=spec.threads, oversubscribed=over, command=" ".join(job.command),
                   rows=len(run.rows[0]), dist_backend=_dist_backend(job.run_dirs[0]), startup_s=run.startup_s,
                   outcome=run.outcome)
@@ -165,7 +166,8 @@ def measure_models(seconds: float) -> dict[str, Any]:
         while time.perf_counter() - t0 < seconds:
             learner.train(b)
             n += 1
-        out[kind] = {"params": int(model.count_params()), "train_samples_per_s_1thread": 32 * n / (time.perf_counter() - t0)}
+        out[kind] = {"params": int(model.count_params()),
+                     "train_samples_per_s_1thread": 32 * n / (time.perf_counter() - t0)}
     return out
 
 
@@ -226,7 +228,8 @@ def plot_time_to_score(ax, a: Analysis) -> None:
                         color=line.get_color(), label=f"{exchange}: frames to 18 MODELLED from the noise scale")
     sync = [p for p in tts.get("by_exchange", {}).get("sync", []) if p["ideal_minutes"] is not None]
     if sync:
-        ax.plot([p["nodes"] for p in sync], [p["ideal_minutes"] for p in sync], "k:", label="ideal linear (from 1 node)")
+        ax.plot([p["nodes"] for p in sync], [p["ideal_minutes"] for p in sync], "k:",
+                label="ideal linear (from 1 node)")
     ax.plot([64], [PAPER_MINUTES], "r*", ms=12, label="paper: 21 min at 64 nodes (their game)")
     ax.set_yscale("log")
     ax.set_title(f"minutes to Pong 18 (modelled), {tts.get('network', '')}, {tts.get('node_model', '')} node",
@@ -294,7 +297,8 @@ def report(a: Analysis, node_cores: int) -> None:
         m = p.m
         split = " ".join(f"{k}={v:.0f}" for k, v in sorted(m.ms_per_update_rank0.items()))
         print(f"{m.ranks:>5} {m.layout:>11} {m.exchange:>7} {m.threads_per_rank:>4} {_f(m.frames_per_s, '>10.0f')} "
-              f"{_f(m.updates_per_s, '>7.2f')} {_f(p.efficiency, '>6.2f')} {_f(p.efficiency_vs_control, '>6.2f')}  {split}")
+              f"{_f(m.updates_per_s, '>7.2f')} {_f(p.efficiency, '>6.2f')} "
+              f"{_f(p.efficiency_vs_control, '>6.2f')}  {split}")
     print("eff: frames/s over r x one rank's; vs ctl: over r exchange-free runs on the same cores (layout "
           "'independent'), i.e. what the exchange itself costs")
     for b, f in a.fits.items():
@@ -320,7 +324,8 @@ def report_time_to_score(a: Analysis) -> None:
     if not tts:
         print("time to score: no batch-scaling result to project from (run python -m studies.batch_scaling)")
         return
-    print(f"\nPROJECTED minutes to Pong 18 (MODELLED: frames to 18 at each global batch, measured or as the last column says / projected frames/s; "
+    print(f"\nPROJECTED minutes to Pong 18 (MODELLED: frames to 18 at each global batch, measured or as the last "
+          f"column says / projected frames/s; "
           f"Nature CNN, {tts['network']}, {tts['node_model']} node, {tts['per_node_batch']} per node); "
           f"paper: {PAPER_MINUTES:.0f} min at 64 nodes (its own game and threshold)")
     print(f"{'nodes':>5} {'batch':>6} {'exchange':>9} {'frames to 18':>13} {'frames/s':>10} {'minutes':>8} "
@@ -340,7 +345,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Nam
     p.add_argument("--quick", action="store_true", help="ranks 1 and 2, short windows (smoke test, a few minutes)")
     p.add_argument("--ranks", default="", help="comma list (default: 1,2,4,... up to the core count)")
     p.add_argument("--layouts", default="core,fat",
-                   help="core (1 thread per rank), fat (cores/r threads per rank), node (cluster: one rank per node, all its cores)")
+                   help="core (1 thread per rank), fat (cores/r threads per rank), node (cluster: one rank per node, "
+                        "all its cores)")
     p.add_argument("--fat-ranks", default="1,2,4,8", help="rank counts measured in the fat layout")
     p.add_argument("--overlap-ranks", default="2,4,8,16",
                    help="rank counts also measured with --exchange overlap (core layout); '' for none")
@@ -354,7 +360,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Nam
                    help="cap on a run's start-up (launch to the first progress row of every rank), seconds")
     p.add_argument("--reps", type=int, default=20, help="allreduce repetitions per size")
     p.add_argument("--env", default="pong")
-    p.add_argument("--dist", default="auto", choices=("auto", "horovod", "mpi", "none"), help="the trainer's --dist (none: 1 rank only)")
+    p.add_argument("--dist", default="auto", choices=("auto", "horovod", "mpi", "none"),
+                   help="the trainer's --dist (none: 1 rank only)")
     p.add_argument("--num-envs", type=int, default=16)
     p.add_argument("--predict-batch", type=int, default=8)
     p.add_argument("--train-batch", type=int, default=32)
@@ -368,9 +375,11 @@ def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Nam
     p.add_argument("--exposed", default="",
                    help="measured exposed share of the exchange per mode, NAME=SHARE[,...] (e.g. from the exchange "
                         "benchmark): adds projection rows t = compute + share x exchange")
-    p.add_argument("--fit-from", default="", help="a scaling.json whose fitted model predicts this machine (error reported)")
+    p.add_argument("--fit-from", default="",
+                   help="a scaling.json whose fitted model predicts this machine (error reported)")
     p.add_argument("--analyze-only", default="",
-                   help="re-analyse and re-plot saved JSON instead of measuring (comma list: merged, e.g. one per cluster job)")
+                   help="re-analyse and re-plot saved JSON instead of measuring (comma list: merged, e.g. one per "
+                        "cluster job)")
     args, extra = p.parse_known_args(argv)
     return p, args, [a for a in extra if a != "--"]  # after `--`: more ba3c.train flags for every run
 

@@ -336,7 +336,8 @@ class TimeToScorePoint:
     modelled: bool = True
 
 
-def project_time_to_score(points: Sequence[ProjectionPoint], measured: Sequence[FramesToScore]) -> list[TimeToScorePoint]:
+def project_time_to_score(points: Sequence[ProjectionPoint],
+                          measured: Sequence[FramesToScore]) -> list[TimeToScorePoint]:
     """Minutes to the score against nodes: frames at that global batch / projected frames/s. Modelled.
 
     `points`: one projection row per node count (one network, interconnect, exchange, batch).

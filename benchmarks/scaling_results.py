@@ -173,7 +173,8 @@ def time_to_score(projection: list[sm.ProjectionPoint], measured: list[sm.Frames
     return out
 
 
-def _prediction_from(data: ScalingData, scored: list[Scored], path: str, other: dict[str, Any]) -> dict[str, Any] | None:
+def _prediction_from(data: ScalingData, scored: list[Scored], path: str,
+                     other: dict[str, Any]) -> dict[str, Any] | None:
     """The other machine's fitted exchange cost against this machine's measured compute time."""
     ofit = sm.AllreduceFit.from_json((other.get("fit", {}).get("allreduce") or {}).get("horovod"))
     base = data.base("core")

@@ -203,7 +203,8 @@ def note(warmup_frac: float) -> str:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=float, default=20.0, help="seconds per stage measurement (E, F, T), half before P and half after it")
+    p.add_argument("--seconds", type=float, default=20.0,
+                   help="seconds per stage measurement (E, F, T), half before P and half after it")
     p.add_argument("--pipeline-seconds", type=float, default=60.0,
                    help="seconds the trainer runs after its first progress row (P)")
     p.add_argument("--warmup-frac", type=float, default=0.2, help="leading fraction of the trainer's run excluded")
@@ -230,7 +231,8 @@ def run_pipeline(cfg: Config, args: argparse.Namespace, trainer_flags: list[str]
 
 def print_result(r: Throughput) -> None:
     print(f"\n{'stage':<34}{'rate /s':>12}")
-    for name, v in (("E simulators (agent steps)", r.env_steps_per_s), ("F predictor forward (samples)", r.forward_samples_per_s),
+    for name, v in (("E simulators (agent steps)", r.env_steps_per_s),
+                    ("F predictor forward (samples)", r.forward_samples_per_s),
                     ("T learner train (samples)", r.train_samples_per_s),
                     ("C serial ceiling 1/(1/E+1/F+1/T)", r.ceiling_steps_per_s),
                     ("P trainer steady state (steps)", r.pipeline_steps_per_s)):

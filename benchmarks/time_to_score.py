@@ -10,13 +10,14 @@
 Runs `python -m ba3c.train` as a child process and follows its CSVs. `--criterion eval`
 (default): the trainer evaluates its policy every `--eval-every-frames` (by default with the
 paper's protocol, `--eval-episodes` episodes, eval.csv, whose `policy` column names the protocol)
-and the target is met when an evaluation mean reaches it. `--criterion train20`: the mean training return of the last 20 episodes (sampled
-policy, progress.csv). The child is stopped with SIGTERM (it checkpoints first) at the target; the
-time budget it keeps itself (`--max-minutes`), so a trainer that reaches --total-frames within the
-budget still finishes and records its last periodic evaluations (the harness allows
-`--final-eval-minutes` more before it ends the child). Writes benchmarks/results/time_to_score/time_to_score-GAME[-TAG].json, the curve
-PNG, the run's config and its CSVs (eval.csv, events.csv, and progress.csv's main columns). Core-hours are the CPU seconds all ranks used (progress.csv's cpu_s), so
-they stay honest on a shared machine; where a run has no cpu_s the JSON says the figure is wall x cores.
+and the target is met when an evaluation mean reaches it. `--criterion train20`: the mean training return of
+the last 20 episodes (sampled policy, progress.csv). The child is stopped with SIGTERM (it checkpoints first) at
+the target; the time budget it keeps itself (`--max-minutes`), so a trainer that reaches --total-frames within
+the budget still finishes and records its last periodic evaluations (the harness allows `--final-eval-minutes`
+more before it ends the child). Writes benchmarks/results/time_to_score/time_to_score-GAME[-TAG].json, the curve
+PNG, the run's config and its CSVs (eval.csv, events.csv, and progress.csv's main columns). Core-hours are the CPU
+seconds all ranks used (progress.csv's cpu_s), so they stay honest on a shared machine; where a run has no cpu_s
+the JSON says the figure is wall x cores.
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ class Criterion:
     metric: str
 
 
-CRITERIA = {"eval": Criterion("eval.csv", "score_mean", "periodic evaluation mean (eval.csv; protocol in its policy column)"),
+CRITERIA = {"eval": Criterion("eval.csv", "score_mean",
+                              "periodic evaluation mean (eval.csv; protocol in its policy column)"),
             "train20": Criterion("progress.csv", "return_mean20",
                                  "mean training return of the last 20 episodes (sampled policy)")}
 
@@ -197,7 +199,8 @@ def write(result: TimeToScore, out_dir: str, tag: str) -> None:
 # progress.csv's columns kept with the results: the curve and what the collapse guard watches (the run's
 # own progress.csv has ~45 columns; a 40 M-frame run's is 600 kB)
 KEPT_PROGRESS_COLUMNS = ("time_s", "cpu_s", "frames", "updates", "episodes", "return_mean20", "episode_length_mean",
-                         "frames_per_s", "policy_loss", "value_loss", "entropy", "grad_norm", "lr", "guard", "rollbacks",
+                         "frames_per_s", "policy_loss", "value_loss", "entropy", "grad_norm", "lr", "guard",
+                         "rollbacks",
                          # feature health (ba3c.model.HealthProbe): a trunk whose units die shows here
                          "units_active", "feature_std", "logit_std", "value_std")
 
@@ -216,7 +219,8 @@ def keep_progress(src: str, dst: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args, extra, target = parse(argv)
     harness.exit_on_sigterm()
-    run_dir = os.path.abspath(args.run_dir or os.path.join("runs", f"tts-{args.env.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = os.path.abspath(args.run_dir or os.path.join("runs", f"tts-{args.env.lower()}-{stamp}"))
     if args.state_dir:
         if harness.restore_state(args.state_dir, run_dir):
             print(f"time_to_score: continuing from the state kept in {args.state_dir}", flush=True)

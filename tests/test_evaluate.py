@@ -33,7 +33,8 @@ def run_evaluate(args: list[str], timeout: float = 180) -> subprocess.CompletedP
 def test_summarize():
     s = evaluation.summarize([1, 2, 3, 4, 10])
     assert s == {"n": 5, "mean": 4.0, "std": pytest.approx(np.sqrt(10.0)), "median": 3.0, "min": 1.0, "max": 10.0}
-    assert evaluation.summarize([-21.0]) == {"n": 1, "mean": -21.0, "std": 0.0, "median": -21.0, "min": -21.0, "max": -21.0}
+    one = {"n": 1, "mean": -21.0, "std": 0.0, "median": -21.0, "min": -21.0, "max": -21.0}
+    assert evaluation.summarize([-21.0]) == one
     with pytest.raises(ValueError):
         evaluation.summarize([])
 
@@ -128,7 +129,8 @@ def test_protocol_names():
     eval_policy = next(f for f in dataclasses.fields(RunConfig) if f.name == "eval_policy")
     assert tuple(eval_policy.metadata["choices"]) == evaluation.POLICIES and eval_policy.default == "paper"
     paper = evaluation.PROTOCOLS["paper"]
-    assert (paper.stuck_repeats, paper.stuck_action, paper.max_episode_steps, paper.random_action_prob) == (30, 1, 40_000, 0.001)
+    assert (paper.stuck_repeats, paper.stuck_action, paper.max_episode_steps,
+            paper.random_action_prob) == (30, 1, 40_000, 0.001)
     assert all(evaluation.PROTOCOLS[p].stuck_repeats == 0 for p in ("greedy", "sampled", "egreedy"))
     assert ev.build_parser().parse_args(["run"]).policy == "paper"
 
@@ -194,7 +196,8 @@ def test_published_scores_file():
 
 
 def fake_eval(game: str, policy: str, mean: float, frames: int, date: str, **kw) -> dict:
-    return {"schema": evaluation.SCHEMA, "game": game, "policy": policy, "epsilon": 0.05 if policy == "egreedy" else None,
+    return {"schema": evaluation.SCHEMA, "game": game, "policy": policy,
+            "epsilon": 0.05 if policy == "egreedy" else None,
             "episodes": 50, "score": {"mean": mean, "std": 1.5}, "frames": frames, "date": date,
             "train_wall_s": 7200.0, "core_hours": 48.0, "protocol": {"max_episode_frames": 108_000}, **kw}
 
@@ -254,7 +257,8 @@ def test_cartpole_train_then_evaluate(tmp_path):
     assert data["score"]["mean"] == pytest.approx(np.mean(data["scores"]))
     assert data["frames"] >= 3000 and data["updates"] > 0 and data["checkpoint"].endswith(".npz")
     assert data["protocol"]["parallel_envs"] == 3 and data["protocol"]["name"] == "paper"
-    assert data["protocol"]["anti_stuck"]["action"] == 1 and data["protocol"]["max_episode_steps"] is None  # gymnasium's limit
+    # the episode cap is gymnasium's own limit
+    assert data["protocol"]["anti_stuck"]["action"] == 1 and data["protocol"]["max_episode_steps"] is None
     assert len(data["anti_stuck_replaced"]) == 5
     assert "protocol paper: argmax" in p.stdout and "score" in p.stdout and "wrote" in p.stdout
     # a run that counted CPU seconds from its start reports them, not wall time x cores
@@ -298,7 +302,8 @@ def constant_policy(num_actions: int, favoured: int):
     x = layers.Lambda(lambda t: keras.ops.zeros((keras.ops.shape(t)[0], 1)))(inp)
     bias = np.zeros(num_actions)
     bias[favoured] = 1.0
-    logits = layers.Dense(num_actions, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(bias))(x)
+    logits = layers.Dense(num_actions, kernel_initializer="zeros",
+                          bias_initializer=keras.initializers.Constant(bias))(x)
     return keras.Model(inp, [logits, layers.Dense(1, kernel_initializer="zeros")(x)])
 
 
@@ -321,9 +326,10 @@ def test_paper_protocol_finishes_breakout_where_greedy_waits():
     assert all(0 < r <= n - 29 for r, n in zip(paper["anti_stuck_replaced"], paper["lengths_steps"]))
     p = json.loads(json.dumps(paper["protocol"]))  # the record as the JSON file holds it
     assert p["name"] == "paper" and p["random_action_prob"] == 0.001 and p["max_episode_steps"] == cap_steps
-    assert p["anti_stuck"]["repeats"] == 30 and p["anti_stuck"]["action"] == 1 and p["anti_stuck"]["action_name"] == "FIRE"
+    assert (p["anti_stuck"]["repeats"], p["anti_stuck"]["action"], p["anti_stuck"]["action_name"]) == (30, 1, "FIRE")
     env = p["environment"]
-    assert (env["frameskip"], env["repeat_action_probability"], env["full_action_space"], env["noop_max"]) == (4, 0.0, False, 30)
+    assert (env["frameskip"], env["repeat_action_probability"], env["full_action_space"],
+            env["noop_max"]) == (4, 0.0, False, 30)
     assert env["actions"] == ["NOOP", "FIRE", "RIGHT", "LEFT"] and "sticky actions" in p["authors_environment"]
     line = ev.format_table(paper).splitlines()[0]
     assert "protocol paper" in line and "FIRE" in line and f"cap {cap_steps:,} agent steps" in line
@@ -363,7 +369,8 @@ def test_scores_table_names_the_paper_protocol(tmp_path):
 
 def test_compare_fills_the_readme_table_between_its_markers(tmp_path, capsys):
     cmp = load_compare()
-    (tmp_path / "eval-paper.json").write_text(json.dumps(fake_eval("breakout", "paper", 300.0, 9_000_000, "2026-12-01")))
+    paper = fake_eval("breakout", "paper", 300.0, 9_000_000, "2026-12-01")
+    (tmp_path / "eval-paper.json").write_text(json.dumps(paper))
     readme = tmp_path / "README.md"
     text = f"# Title\n\nbefore\n\n{cmp.README_BEGIN}\n\n| old | table |\n\n{cmp.README_END}\n\nafter\n"
     readme.write_text(text)
