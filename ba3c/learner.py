@@ -129,7 +129,8 @@ class Learner:
         # and Adam's state (a rollback into the warm-up must not meet fresh Adam moments with the full lr).
         self.lr_step = 0
         self.lr_scale = 1.0  # the collapse guard's cut after a rollback (ba3c.guard)
-        self.lr_decay = 1.0  # --lr-decay's multiplier, set by the trainer from the frames trained (config.lr_decay_factor)
+        self.lr_decay = 1.0  # --lr-decay's multiplier, set by the trainer from the frames trained
+        #                      (config.lr_decay_factor)
         self.noise_sub_batch = noise_sub_batch  # --noise-scale-every's small batch (ba3c.config.noise_sub_batch)
         self._pending: Future | None = None
         self._pool: ThreadPoolExecutor | None = None
