@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import MISSING, Field, fields
+from typing import Any
 
 from ba3c.config import _GROUPS, ALGO_DEFAULTS, PRESETS, REMOVED_IN, REMOVED_OPTIONS, field_type
 
@@ -45,29 +46,28 @@ def _option(f: Field) -> list[str]:
     return lines + [""]
 
 
-def _presets() -> list[str]:
-    """The presets that change anything, as a table of the options they set."""
-    presets = {name: values for name, values in PRESETS.items() if values}
-    options = sorted({k for values in presets.values() for k in values})
-    lines = ["## Presets", "", "`--preset NAME` sets these options; the others keep their defaults (`--preset default` "
-             "changes nothing).", "", "| option | " + " | ".join(presets) + " |", "|---|" + "---|" * len(presets)]
+def _option_table(heading: str, intro: str, columns: dict[str, dict[str, Any]]) -> list[str]:
+    """A section with a table: one row per option that some column sets, one column per non-empty dict."""
+    columns = {name: values for name, values in columns.items() if values}
+    options = sorted({k for values in columns.values() for k in values})
+    lines = [f"## {heading}", "", intro, "", "| option | " + " | ".join(columns) + " |",
+             "|---|" + "---|" * len(columns)]
     for name in options:
-        cells = [f"`{values[name]!r}`" if name in values else "" for values in presets.values()]
+        cells = [f"`{values[name]!r}`" if name in values else "" for values in columns.values()]
         lines.append(f"| `--{name.replace('_', '-')}` | " + " | ".join(cells) + " |")
     return lines + [""]
+
+
+def _presets() -> list[str]:
+    return _option_table("Presets", "`--preset NAME` sets these options; the others keep their defaults "
+                         "(`--preset default` changes nothing).", PRESETS)
 
 
 def _algo_defaults() -> list[str]:
     """The shared options each algorithm sets to other defaults than the ones listed below."""
-    algos = {name: values for name, values in ALGO_DEFAULTS.items() if values}
-    options = sorted({k for values in algos.values() for k in values})
-    lines = ["## Algorithm defaults", "", "`--algo NAME` sets these defaults for shared options (under `--config`, "
-             "`--preset` and flags; `config.json` records the values a run resolved). Their sources are in "
-             "docs/gorila.md.", "", "| option | " + " | ".join(algos) + " |", "|---|" + "---|" * len(algos)]
-    for name in options:
-        cells = [f"`{values[name]!r}`" if name in values else "" for values in algos.values()]
-        lines.append(f"| `--{name.replace('_', '-')}` | " + " | ".join(cells) + " |")
-    return lines + [""]
+    return _option_table("Algorithm defaults", "`--algo NAME` sets these defaults for shared options (under "
+                         "`--config`, `--preset` and flags; `config.json` records the values a run resolved). Their "
+                         "sources are in docs/gorila.md.", ALGO_DEFAULTS)
 
 
 def _removed() -> list[str]:
