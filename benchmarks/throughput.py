@@ -11,7 +11,13 @@ With the default config (`ba3c.config.Config()`: pong, Nature CNN) on this machi
      (start-up to its first row and the first `--warmup-frac` of the time after it are dropped).
 
 E, F and T are each measured for half of --seconds before P and half after it, and averaged.
-One agent step = one predictor sample = one train sample, so the stages are comparable. If the
+One agent step = one predictor sample = one train sample, so the stages are comparable.
+
+`--algo gorila` measures Gorila mode (docs/gorila.md) with its defaults: F is the Q-network's forward with
+epsilon-greedy, T the DQN update (network and target network) at --train-batch 32, counted in agent steps
+as samples / 8 (the replay ratio: 32 samples per 4 agent steps), P a Gorila trainer after a short warm-up
+(--learning-starts 2000, --replay-size 100000), with its updates/s and the replay ratio it kept. Writes
+DIR/throughput-gorila.json and .png. If the
 three stages ran one after another on all cores, the rate would be C = 1/(1/E + 1/F + 1/T);
 efficiency = P / C (above 1 means the trainer overlaps stages better than strictly serial).
 Writes DIR/throughput.json and DIR/throughput.png (DIR: benchmarks/results/throughput).
@@ -33,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ba3c.config import Config
+from ba3c.config import ALGO_DEFAULTS, Config
 from ba3c.simulators import AtariSimulator, EnvSpec, resolve_env
 from ba3c.workers import configure_tensorflow, cores_available
 from benchmarks import harness
@@ -74,17 +80,20 @@ def measure_env(cfg: Config, spec: EnvSpec, seconds: float) -> tuple[float, tupl
 
 def forward_step(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> Callable[[], int]:
     """F: compiled forward pass at predict_batch plus action sampling (the trainer's 'predict' stage)."""
-    from ba3c.model import build_model, resolve_model_kind
+    from ba3c.evaluation import epsilon_greedy_actions
+    from ba3c.model import build_model, head_for, resolve_model_kind
     from ba3c.predictor import Predictor, sample_actions
 
-    model = build_model(resolve_model_kind(cfg.learn.model, obs_shape), obs_shape, num_actions, cfg.sim.seed)
+    model = build_model(resolve_model_kind(cfg.learn.model, obs_shape), obs_shape, num_actions, cfg.sim.seed,
+                        head=head_for(cfg.learn.algo))
     predictor = Predictor(model, obs_shape, np.dtype(np.uint8))
     rng = np.random.default_rng(0)
     obs = rng.integers(0, 256, size=(cfg.sim.predict_batch, *obs_shape), dtype=np.uint8)
+    gorila = cfg.learn.algo == "gorila"
 
     def step() -> int:
         logits, _ = predictor(obs)
-        return len(sample_actions(logits, rng))
+        return len(epsilon_greedy_actions(logits, 0.1, rng) if gorila else sample_actions(logits, rng))
 
     return step
 
@@ -98,14 +107,28 @@ def train_step(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> Cal
     from ba3c.model import build_model, resolve_model_kind
 
     l = cfg.learn
-    model = build_model(resolve_model_kind(l.model, obs_shape), obs_shape, num_actions, cfg.sim.seed)
-    lr = scaled_lr(cfg, 1)
-    learner = Learner(model, l, Dist(), lr, l.warmup_updates if lr > l.lr else 0)
     rng = np.random.default_rng(0)
     n = l.train_batch
-    batch = TrainBatch(rng.integers(0, 256, size=(n, *obs_shape), dtype=np.uint8),
-                       rng.integers(num_actions, size=n, dtype=np.int32),
-                       rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32))
+    obs = rng.integers(0, 256, size=(n, *obs_shape), dtype=np.uint8)
+    actions = rng.integers(num_actions, size=n, dtype=np.int32)
+    lr = scaled_lr(cfg, 1)
+    if l.algo == "gorila":  # the DQN update: the network's forward and backward, the target network's forward
+        from ba3c.gorila import make_loss
+        from ba3c.model import head_for
+        from ba3c.replay import ReplaySample
+
+        def q_network():  # -> keras.Model
+            return build_model(resolve_model_kind(l.model, obs_shape), obs_shape, num_actions, cfg.sim.seed,
+                               head=head_for(l.algo))
+
+        model = q_network()
+        learner = Learner(model, l, Dist(), lr, 0, loss=make_loss(cfg, model, q_network))
+        batch: Any = ReplaySample(obs, actions, np.zeros(n, np.float32), obs.copy(), np.zeros(n, np.float32),
+                                  np.zeros(n, np.int64))
+    else:
+        model = build_model(resolve_model_kind(l.model, obs_shape), obs_shape, num_actions, cfg.sim.seed)
+        learner = Learner(model, l, Dist(), lr, l.warmup_updates if lr > l.lr else 0)
+        batch = TrainBatch(obs, actions, rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32))
 
     def step() -> int:
         learner.train(batch)
@@ -120,6 +143,7 @@ def train_step(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> Cal
 class Pipeline:
     """P: the trainer's steady state, from its progress.csv."""
     frames_per_s: float
+    updates_per_s: float
     rows_total: int
     steady_rows: list[int]
     steady_window_s: list[float]
@@ -145,7 +169,7 @@ def measure_pipeline(cfg: Config, seconds: float, warmup_frac: float, run_dir: s
         raise RuntimeError(f"the trainer logged {len(rows)} progress row(s); run it longer (--pipeline-seconds)")
     with open(log_path) as fh:
         timer_table = [ln.rstrip() for ln in fh if ln.startswith(("stage (rank 0)", "  simulation", "  learner"))]
-    return Pipeline(w.frames_per_s, len(rows), [w.first_index, w.last_index],
+    return Pipeline(w.frames_per_s, w.updates_per_s, len(rows), [w.first_index, w.last_index],
                     [float(w.first["time_s"]), float(w.last["time_s"])],
                     {k: v / w.seconds for k, v in w.stage_seconds().items()}, timer_table,
                     " ".join(["python", *cmd[1:]]))
@@ -191,6 +215,10 @@ class Throughput:
     trainer_extra_flags: list[str]
     command: str
     note: str
+    algo: str = "ba3c"
+    updates_per_s: float = 0.0          # P's updates per second
+    samples_per_agent_step: float = 1.0  # the replay ratio configured (BA3C: each agent step is one sample)
+    replay_ratio_measured: float = 1.0   # train samples per agent step played in P's steady window
 
 
 def note(warmup_frac: float) -> str:
@@ -211,6 +239,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="short smoke run (about a minute; numbers are rough)")
     p.add_argument("--out", default=os.path.join(harness.RESULTS, "throughput"), help="output folder")
     p.add_argument("--keep-run-dir", action="store_true", help="keep the trainer's run directory (path printed)")
+    p.add_argument("--algo", choices=("ba3c", "gorila"), default="ba3c",
+                   help="the algorithm measured, with its default settings (docs/gorila.md for gorila)")
     args = p.parse_args(argv)
     if args.quick:
         args.seconds, args.pipeline_seconds = 2.0, 10.0
@@ -238,6 +268,10 @@ def print_result(r: Throughput) -> None:
                     ("P trainer steady state (steps)", r.pipeline_steps_per_s)):
         print(f"{name:<34}{v:>12,.0f}")
     print(f"{'efficiency P / C':<34}{r.efficiency:>12.2f}")
+    if r.algo == "gorila":
+        print(f"{'updates/s (P)':<34}{r.updates_per_s:>12,.1f}")
+        print(f"{'replay ratio (samples/step) kept':<34}{r.replay_ratio_measured:>12.2f}  "
+              f"(configured {r.samples_per_agent_step:g}; T counts samples / {r.samples_per_agent_step:g} as steps)")
     print(f"{'trainer frames/s (4 x P)':<34}{r.frames_per_s:>12,.0f}")
     print("\ntrainer stage timers, share of steady-state wall time (simulation thread | learner thread):")
     st = r.pipeline["steady_stage_fraction_of_wall"]
@@ -250,13 +284,17 @@ def print_result(r: Throughput) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     harness.exit_on_sigterm()
-    cfg = Config()
+    gorila = args.algo == "gorila"
+    cfg = Config().replace(algo=args.algo, **ALGO_DEFAULTS[args.algo])
+    ratio = cfg.learn.train_batch / cfg.gorila.train_every if gorila else 1.0  # train samples per agent step
     spec = resolve_env(cfg.sim.env)
     if spec.kind != "atari":
         raise SystemExit(f"throughput: needs an Atari env, got {cfg.sim.env}")
     configure_tensorflow(cfg)  # the trainer's thread settings, before TensorFlow starts
     # Logging only: rows often enough to find a steady window; quick runs also gather stats sooner.
     trainer_flags = ["--log-interval-s", "1"] + (["--stats-interval-updates", "5"] if args.quick else [])
+    if gorila:  # a short warm-up and a replay of 0.7 GB: the steady state after it is the same
+        trainer_flags += ["--algo", "gorila", "--learning-starts", "2000", "--replay-size", "100000"]
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     mach = harness.machine()
     print(f"throughput: {mach['cores']} cores ({mach['cpu']}), {spec.name}, num_envs={cfg.sim.num_envs} "
@@ -269,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     def stages() -> dict[str, float]:
         out = {"E": measure_env(cfg, spec, args.seconds / 2)[0],
                "F": timed_rate(fwd, args.seconds / 2, warmup_calls=5),
-               "T": timed_rate(trn, args.seconds / 2, warmup_calls=3)}
+               "T": timed_rate(trn, args.seconds / 2, warmup_calls=3) / ratio}  # in agent steps
         print("  " + "  ".join(f"{k} {v:,.0f}/s" for k, v in out.items()), flush=True)
         return out
 
@@ -281,21 +319,24 @@ def main(argv: list[str] | None = None) -> int:
     e, f, t = ((before[k] + after[k]) / 2 for k in ("E", "F", "T"))
     c = 1.0 / (1.0 / e + 1.0 / f + 1.0 / t)
     pipeline = {k: v for k, v in asdict(pipe).items() if k != "frames_per_s"}
-    result = Throughput(e, f, t, pipe_steps, c, pipe_steps / c, pipe.frames_per_s, pipeline,
+    kept = pipe.updates_per_s * cfg.learn.train_batch / pipe_steps if gorila else 1.0
+    result = Throughput(e, f, t * ratio, pipe_steps, c, pipe_steps / c, pipe.frames_per_s, pipeline,
                         {"before": before, "after": after}, mach, list(os.getloadavg()), date, args.quick,
                         args.seconds, args.pipeline_seconds, args.warmup_frac, cfg.to_dict(), trainer_flags,
                         " ".join([os.path.relpath(sys.executable, harness.ROOT), "-m", "benchmarks.throughput",
-                                  *(argv if argv is not None else sys.argv[1:])]), note(args.warmup_frac))
+                                  *(argv if argv is not None else sys.argv[1:])]), note(args.warmup_frac),
+                        args.algo, pipe.updates_per_s, ratio, kept)
     print_result(result)
     for k in ("env_steps_per_s", "forward_samples_per_s", "train_samples_per_s", "pipeline_steps_per_s"):
         v = getattr(result, k)
         if not (math.isfinite(v) and v > 0):
             raise RuntimeError(f"measured {k} = {v}")
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "throughput.json"), "w") as fh:
+    name = "throughput-gorila" if gorila else "throughput"
+    with open(os.path.join(args.out, f"{name}.json"), "w") as fh:
         json.dump(asdict(result), fh, indent=2)
-    plot({"E": e, "F": f, "T": t, "C": c, "P": pipe_steps}, result.efficiency, os.path.join(args.out, "throughput.png"))
-    print(f"\nthroughput: wrote {os.path.join(args.out, 'throughput.json')} and throughput.png", flush=True)
+    plot({"E": e, "F": f, "T": t, "C": c, "P": pipe_steps}, result.efficiency, os.path.join(args.out, f"{name}.png"))
+    print(f"\nthroughput: wrote {os.path.join(args.out, name + '.json')} and {name}.png", flush=True)
     return 0
 
 

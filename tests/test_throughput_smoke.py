@@ -19,20 +19,26 @@ RATES = ("env_steps_per_s", "forward_samples_per_s", "train_samples_per_s", "pip
 
 
 @pytest.mark.slow
-def test_throughput_quick(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algo", ["ba3c", "gorila"])
+def test_throughput_quick(tmp_path: Path, algo: str) -> None:
     out = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.throughput", "--quick", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.throughput", "--quick", "--algo", algo, "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    data = json.loads((out / "throughput.json").read_text())
+    name = "throughput-gorila" if algo == "gorila" else "throughput"
+    data = json.loads((out / f"{name}.json").read_text())
+    assert data["algo"] == algo and data["config"]["learn"]["algo"] == algo
+    if algo == "gorila":  # the learner keeps the replay ratio it was given: 32 samples per 4 agent steps
+        assert data["samples_per_agent_step"] == 8 and 7 < data["replay_ratio_measured"] < 9
+        assert data["updates_per_s"] > 0
     for key in RATES:
         assert isinstance(data[key], float) and math.isfinite(data[key]) and data[key] > 0, (key, data[key])
     assert data["frames_per_s"] == data["pipeline_steps_per_s"] * 4
     assert data["machine"]["cores"] >= 1 and data["machine"]["cpu"]
     for key in ("config", "date", "note"):
         assert data[key]
-    assert (out / "throughput.png").stat().st_size > 0
+    assert (out / f"{name}.png").stat().st_size > 0
     # the steady-window stage split comes from progress.csv's t_* columns: shares of wall time
     stages = data["pipeline"]["steady_stage_fraction_of_wall"]
     assert {"train", "predict", "queue_wait"} <= set(stages) and 0 < stages["train"] <= 1.5, stages
