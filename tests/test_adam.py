@@ -1,6 +1,7 @@
-"""The learner's Adam (TensorFlow's fused ResourceApplyAdam on the Keras optimizer's variables, ba3c.learner
-Learner._adam) makes the same updates as keras.optimizers.Adam.apply_gradients, through warm-up, an lr cut and a
-rollback, and keeps the checkpoint layout (network weights, then Keras Adam's variables)."""
+"""The learner's gradient clipping (ba3c.learner._clip) against TensorFlow's, and its Adam (TensorFlow's fused
+ResourceApplyAdam on the Keras optimizer's variables, Learner._adam): the same updates as
+keras.optimizers.Adam.apply_gradients through warm-up, an lr cut and a rollback, and the same checkpoint layout
+(network weights, then Keras Adam's variables)."""
 from __future__ import annotations
 
 import numpy as np
@@ -54,7 +55,8 @@ def test_fused_adam_equals_keras_adam(cfg_fields):
     weights = fused.model.trainable_variables
     prefix = names[0].rsplit("/", 1)[0]  # adam
     assert names[:2] == [f"{prefix}/iteration", f"{prefix}/learning_rate"]
-    assert names[2:] == [f"{prefix}/{w.path.replace('/', '_')}_{slot}" for w in weights for slot in ("momentum", "velocity")]
+    assert names[2:] == [f"{prefix}/{w.path.replace('/', '_')}_{slot}"
+                         for w in weights for slot in ("momentum", "velocity")]
     snapshot: list[np.ndarray] = []
     for step, b in enumerate(batches):
         if step == 4:
@@ -76,3 +78,33 @@ def test_fused_adam_equals_keras_adam(cfg_fields):
     assert int(fused.opt.iterations.numpy()) == 10  # 14 updates, 4 of them undone by the rollback
     moved = [np.abs(x - y).max() for x, y in zip(fused.state_arrays(), snapshot)]
     assert max(moved) > 1e-3  # the updates did move the weights
+
+
+@pytest.mark.parametrize("mode,threshold", [("global", 50.0), ("global", 0.5), ("avg", 0.05), ("avg", 1e-4),
+                                            ("global", 0.0)])
+def test_clip_equals_tensorflows(mode, threshold):
+    """ba3c.learner._clip (rescales only where a clip is active) against TensorFlow's clip_by_global_norm and the
+    paper's per-tensor rule written plainly, with the clip active, inactive and (avg) active for some tensors."""
+    import tensorflow as tf
+
+    from ba3c.learner import _clip
+
+    rng = np.random.default_rng(1)
+    grads = [tf.constant(rng.normal(scale=s, size=shape).astype(np.float32))
+             for s, shape in ((1.0, (3, 5)), (0.01, (5,)), (0.3, (40, 7)), (3.0, (7,)))]
+    if mode == "global" and threshold > 0:
+        expected, _ = tf.clip_by_global_norm(grads, threshold)
+    elif mode == "avg":
+        expected = [g * tf.minimum(1.0, threshold / tf.maximum(tf.norm(g) / tf.cast(tf.size(g), g.dtype), 1e-12))
+                    for g in grads]
+    else:
+        expected = grads
+    for fn in (lambda gs: _clip(tf, gs, mode, threshold), tf.function(lambda gs: _clip(tf, gs, mode, threshold))):
+        clipped, norm = fn(list(grads))
+        np.testing.assert_allclose(float(norm), float(tf.linalg.global_norm(grads)), rtol=1e-6)
+        for c, e in zip(clipped, expected):
+            np.testing.assert_allclose(c.numpy(), e.numpy(), rtol=1e-6, atol=0)
+    clipped, _ = _clip(tf, list(grads), mode, threshold)
+    scaled = [not np.array_equal(c.numpy(), g.numpy()) for c, g in zip(clipped, grads)]
+    assert scaled == {("global", 50.0): [False] * 4, ("global", 0.5): [True] * 4, ("global", 0.0): [False] * 4,
+                      ("avg", 0.05): [True, False, False, True], ("avg", 1e-4): [True] * 4}[(mode, threshold)]
