@@ -9,7 +9,7 @@ export OMPI_MCA_mpi_yield_when_idle ?= 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install train test test-fast lint docs throughput-benchmark scaling-benchmark step-time shaped-links time-to-score batch-scaling paper-games clean-venv
+.PHONY: install train test test-fast cluster-test lint docs throughput-benchmark scaling-benchmark step-time shaped-links time-to-score batch-scaling paper-games clean-venv
 
 install: $(STAMP)
 
@@ -26,9 +26,16 @@ $(STAMP): requirements.txt setup.cfg launch/build_horovod.sh
 train: $(STAMP)
 	$(PY) -m ba3c.train $(ARGS)
 
-# every test (what .ci/run runs)
+# every test (what .ci/run runs) but the cluster in the box, which make cluster-test runs
 test: $(STAMP)
-	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests --ignore=tests/test_box_cluster.py $(PYTEST_ARGS)
+
+# needs root and `ip netns`: the trainer as 4 ranks on 4 namespace nodes (tests/test_box_cluster.py, ~4 min);
+# namespaces and cgroups of a run that died are removed before and after, whatever pytest's status
+cluster-test: $(STAMP)
+	$(PY) -m benchmarks.box_cluster --remove-stale
+	status=0; $(PY) -m pytest -q -s tests/test_box_cluster.py $(PYTEST_ARGS) || status=$$?; \
+	$(PY) -m benchmarks.box_cluster --remove-stale; exit $$status
 
 # the unit tier for the edit loop: the marked slow tiers (setup.cfg) left out
 test-fast: $(STAMP)

@@ -106,6 +106,7 @@ class Trainer:
         self.last_checkpoint_t = 0.0
         self.failed_checkpoints = 0  # rank 0: checkpoints in a row the disk had no room for
         self.no_space: NoSpaceError | None = None  # rank 0: the last such failure
+        self.rank_checksums: list[float] | None = None  # rank 0, at the end: every rank's weight checksum
         k = cfg.run.keep_every_frames  # the next multiple of it past which a kept checkpoint is due
         self.next_keep = (self.state.frames // k + 1) * k if k else 0
 
@@ -378,6 +379,8 @@ class Trainer:
                 "config": self.cfg.to_dict(),
                 "rng": {"seed": self.cfg.sim.seed}, "model": self.model_kind, "num_actions": self.sim.num_actions,
                 "obs_shape": list(self.sim.obs_shape)}
+        if self.rank_checksums is not None:  # the final checkpoint says whether the ranks ended on the same weights
+            meta["rank_weight_checksums"] = self.rank_checksums
         try:
             path = ckpt.save(self.ckpt_dir, self.state.updates, self.learner.state_arrays(), meta,
                              self.cfg.run.keep_checkpoints, kept=kept)
@@ -404,6 +407,11 @@ class Trainer:
     def _finish(self, status: int | None) -> int:
         """Rank 0 writes the final checkpoint and the run's last words while every other rank waits."""
         final_written = True
+        if self.dist.size > 1:  # every rank's weights, compared by rank 0 and kept in the final checkpoint
+            self.rank_checksums = self.dist.gather(self.learner.weights_checksum())
+            if self.rank_checksums is not None and len(set(self.rank_checksums)) > 1:
+                print(f"ba3c: warning: the ranks ended on different weights (checksums {self.rank_checksums})",
+                      file=sys.stderr, flush=True)
         if self.report is not None:  # first: a stop signal's grace period must not be spent on evaluation games
             final_written = self._save_checkpoint(final=True)
             if not final_written:
