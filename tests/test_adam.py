@@ -108,3 +108,22 @@ def test_clip_equals_tensorflows(mode, threshold):
     scaled = [not np.array_equal(c.numpy(), g.numpy()) for c, g in zip(clipped, grads)]
     assert scaled == {("global", 50.0): [False] * 4, ("global", 0.5): [True] * 4, ("global", 0.0): [False] * 4,
                       ("avg", 0.05): [True, False, False, True], ("avg", 1e-4): [True] * 4}[(mode, threshold)]
+
+
+def test_lr_variable_follows_the_schedule_after_a_restore():
+    """The learner assigns Adam's lr variable only when its lr changes; a restored state (which holds that
+    variable) must not leave the checkpoint's lr in force when the learner's own lr is what it last assigned."""
+    from ba3c.experience import TrainBatch
+
+    rng = np.random.default_rng(3)
+    batch = TrainBatch(rng.normal(size=(8, 4)).astype(np.float32), rng.integers(0, 3, 8).astype(np.int32),
+                       rng.normal(size=8).astype(np.float32), rng.normal(size=8).astype(np.float32))
+    learner, _ = _learners({}, warmup=0)
+    learner.train(batch)
+    lr_index = len(learner.model.weights) + 1  # after the weights: Adam's step count, then its lr
+    arrays = learner.state_arrays()
+    assert arrays[lr_index] == np.float32(3e-2)
+    arrays[lr_index] = np.float32(0.5)
+    learner.load_state_arrays(arrays, "a state with another lr")
+    learner.train(batch)
+    assert learner.opt.learning_rate.numpy() == np.float32(3e-2)
