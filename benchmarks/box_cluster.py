@@ -119,7 +119,9 @@ def remove_stale() -> list[str]:
 
 
 # The agent PRRTE starts each node's daemon with: into the node's cgroup (when there is one), then into its
-# network namespace with the node's name as host name (netns.AGENT, plus the cgroup).
+# network namespace with the node's name as host name (netns.AGENT, plus the cgroup). mpirun runs under
+# `ip netns exec`, which gives it a fresh /sys without the cgroup mounts, so the agent reaches the groups
+# through the builder's root ({cgroot}: /proc/<builder pid>/root/sys/fs/cgroup/...).
 AGENT = """#!/bin/sh
 ns="$1"; shift
 if [ -n "{cgroot}" ] && [ -d "{cgroot}/$ns" ]; then echo $$ > "{cgroot}/$ns/cgroup.procs"; fi
@@ -189,7 +191,7 @@ class BoxCluster:
                     os.makedirs(self.cpu.group(node), exist_ok=True)
                     self.cpu.set_share(node, self.cpus_per_node)
             with open(self.agent, "w") as fh:
-                fh.write(AGENT.replace("{cgroot}", self.cpu.root if self.cpu else ""))
+                fh.write(AGENT.replace("{cgroot}", f"/proc/{os.getpid()}/root{self.cpu.root}" if self.cpu else ""))
             os.chmod(self.agent, 0o755)
             with open(self.hostfile, "w") as fh:
                 fh.writelines(f"{n} slots=1\n" for n in self.topo.nodes)
@@ -299,18 +301,22 @@ def straggler_update_s(equal_s: float, ranks: int, nbytes: float, rate_bps: floa
 
 
 def straggler_report(equal_s: float | None, slow_s: float | None, ranks: int, nbytes: float, rate_bps: float,
-                     slowdown: float, cpus_equal: Sequence[float], cpus_slow: Sequence[float]) -> str:
-    """The measured update time, equal shares and one node slowed, beside the modelled one; and the CPUs each
-    node used in each phase (a node that used less than its cap was not slowed by the cap alone)."""
-    use = (f"CPUs used per node: equal {', '.join(f'{c:.2f}' for c in cpus_equal)}; "
-           f"slowed {', '.join(f'{c:.2f}' for c in cpus_slow)}")
+                     nominal_slowdown: float, cpus_equal: Sequence[float], cpus_slow: Sequence[float]) -> str:
+    """The measured update time, equal shares and the last node slowed, beside the modelled one: for the nominal
+    slowdown (its cap divided by it) and for the CPU the node actually lost (on a loaded machine a node may use
+    less than its cap before the change). Also the CPUs each node used in each phase."""
+    use = (f"CPUs used per node: equal shares {', '.join(f'{c:.2f}' for c in cpus_equal)}; "
+           f"last slowed {', '.join(f'{c:.2f}' for c in cpus_slow)}")
     if equal_s is None or slow_s is None:
         return f"straggler: too few progress rows to measure (equal {equal_s}, slowed {slow_s}); {use}"
-    pred = straggler_update_s(equal_s, ranks, nbytes, rate_bps, slowdown)
-    return (f"straggler ({ranks} nodes, the last at 1/{slowdown:g} of its CPU share): measured "
-            f"{1e3 * equal_s:.1f} ms per update with equal shares, {1e3 * slow_s:.1f} ms with one slowed "
-            f"({slow_s / equal_s:.2f}x); modelled {1e3 * pred:.1f} ms ({pred / equal_s:.2f}x; error "
-            f"{sm.relative_error(pred, slow_s):+.0%}); {use}")
+    lost = cpus_equal[-1] / cpus_slow[-1] if cpus_slow[-1] > 0 else float("inf")
+    parts = []
+    for name, slowdown in ((f"nominal {nominal_slowdown:g}x", nominal_slowdown), (f"as used {lost:.2f}x", lost)):
+        pred = straggler_update_s(equal_s, ranks, nbytes, rate_bps, slowdown)
+        parts.append(f"{name}: {1e3 * pred:.1f} ms (error {sm.relative_error(pred, slow_s):+.0%})")
+    return (f"straggler ({ranks} nodes, the last at 1/{nominal_slowdown:g} of its CPU share): measured "
+            f"{1e3 * equal_s:.1f} ms per update with equal shares, {1e3 * slow_s:.1f} ms with the last slowed "
+            f"({slow_s / equal_s:.2f}x); modelled, the slow node's compute slowed by the {'; '.join(parts)}; {use}")
 
 
 def preflight() -> str | None:

@@ -195,6 +195,7 @@ def test_straggler_node_at_half_cpu_share_after_resume(box):
     def cpus(a, b) -> list[float]:
         return [(cb - ca) / (b[0] - a[0]) for ca, cb in zip(a[2], b[2])]
 
+    time.sleep(10.0)  # past the resume's first updates (tracing, the first checkpoints)
     start = snapshot()
     time.sleep(phase_s)
     equal = snapshot()
