@@ -9,7 +9,7 @@ export OMPI_MCA_mpi_yield_when_idle ?= 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install train test test-fast cluster-test lint docs throughput-benchmark scaling-benchmark step-time shaped-links time-to-score batch-scaling paper-games clean-venv
+.PHONY: install train test test-fast cluster-test lint docs throughput-benchmark scaling-benchmark step-time box-scaling shaped-links time-to-score batch-scaling paper-games clean-venv
 
 install: $(STAMP)
 
@@ -61,6 +61,10 @@ scaling-benchmark: $(STAMP)
 # the learner's time per update against the per-rank batch (the planner's node model)
 step-time: $(STAMP)
 	$(PY) -m benchmarks.step_time $(ARGS)
+
+# needs root: emulated weak scaling on the cluster in the box (namespace nodes, CPU caps, shaped links) vs the model
+box-scaling: $(STAMP)
+	$(PY) -m benchmarks.box_scaling $(ARGS)
 
 # needs root (network namespaces, veth pairs, tc): the allreduce over shaped links against the model
 shaped-links: $(STAMP)

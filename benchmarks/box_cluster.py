@@ -225,19 +225,22 @@ class BoxCluster:
     def nodes(self) -> list[str]:
         return self.topo.nodes
 
-    def mpirun_command(self, args: Sequence[str], ranks: int | None = None) -> list[str]:
-        """`mpirun --hostfile` of `python -m ba3c.train ARGS`, one rank per node, run in the hub namespace."""
+    def mpirun_command(self, args: Sequence[str], ranks: int | None = None,
+                       program: Sequence[str] | None = None) -> list[str]:
+        """`mpirun --hostfile` of `python -m ba3c.train ARGS` (or of `program ARGS`), one rank per node, run in
+        the hub namespace."""
         subnet = f"{netns.SUBNET}.0/24"
         mpirun = ["mpirun", "--hostfile", self.hostfile, "-np", str(ranks or self.topo.ranks), "--map-by", "node",
                   "--bind-to", "none", "--prtemca", "plm_ssh_agent", self.agent,
                   "--prtemca", "oob_tcp_if_include", subnet, *KEEPALIVE, "--mca", "pml", "ob1",
                   "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", subnet,
-                  sys.executable, "-m", "ba3c.train", *args]
+                  *(program or [sys.executable, "-m", "ba3c.train"]), *args]
         return ["ip", "netns", "exec", self.topo.hub, "unshare", "--uts", "sh", "-c", 'hostname "$0"; exec "$@"',
                 self.topo.hub, *mpirun]
 
-    def start(self, args: Sequence[str], log: str, ranks: int | None = None) -> Job:
-        job = Job(self.mpirun_command(args, ranks), log)
+    def start(self, args: Sequence[str], log: str, ranks: int | None = None,
+              program: Sequence[str] | None = None) -> Job:
+        job = Job(self.mpirun_command(args, ranks, program), log)
         self.jobs.append(job)
         return job
 
