@@ -275,6 +275,22 @@ def render_scaling(path: str | Path) -> list[str]:
                 and p["node_model"].startswith("fitted")):
             lines.append(f"| 64 nodes x {d['projection_node']['cores']} cores, {p['network']} | "
                          f"{p['frames_per_s']:,.0f} | {p['efficiency']:.2f} | modelled |")
+    envelope = d.get("time_to_score_envelope")
+    if envelope:  # written by benchmarks/plan.py: time to Pong 18, which is what "scaling" means to a user
+        s = envelope["settings"]
+        lines += ["", f"Time to a Pong return of 18 (modelled by `benchmarks/plan.py`: updates to 18 measured at "
+                      f"global batch 64-1,024, per-update time from a fitted node model; {s['cores_per_node']}-core "
+                      f"nodes, {envelope['network']['name']}; each efficiency against its own layout's 1-node "
+                      "time):", "",
+                  "| nodes | planner's global batch (per node) | minutes | efficiency vs linear | "
+                  f"{s['fixed_per_node_batch']} per node: minutes | efficiency |",
+                  "|---|---|---|---|---|---|"]
+        for r in envelope["rows"]:
+            if r["nodes"] in (1, 8, 32, 64):
+                f = r["fixed_per_node_batch"]
+                lines.append(f"| {r['nodes']} | {r['global_batch']:,} ({r['per_node_batch']}) | {r['minutes']:.1f} "
+                             f"| {r['efficiency_vs_linear']:.2f} | {f['minutes']:.1f} "
+                             f"| {f['efficiency_vs_linear']:.2f} |")
     return lines
 
 
