@@ -291,11 +291,15 @@ class Trainer:
             return EXIT_COLLAPSED
         if not stop:
             return None
-        if self.dist.size > 1:  # every rank exits with rank 0's reason (all of them are here: they agreed to stop)
+        signalled = self.flag.received is not None
+        if self.dist.size > 1:  # every rank exits with the same reason (all of them are here: they agreed to stop)
             out_of_space = self.dist.broadcast_obj(out_of_space)
+            # each rank's own clock: one past --max-minutes while another is not must still mean status 0 on both
+            # (seen: 4 ranks stopped by --max-minutes exited 75, "stopped by signal", with no signal sent)
+            timed_out, signalled = self.dist.any_true(timed_out), self.dist.any_true(signalled)
         if out_of_space:
             return EXIT_NO_SPACE
-        return 0 if (timed_out and self.flag.received is None) else EXIT_SIGNALLED
+        return 0 if (timed_out and not signalled) else EXIT_SIGNALLED
 
     def _guard(self, gathered: list[RankStats] | None) -> Plan | None:
         """Rank 0 judges the interval and plans; in rollback mode every rank receives the plan and carries
