@@ -132,7 +132,9 @@ def test_protocol_names():
     assert (paper.stuck_repeats, paper.stuck_action, paper.max_episode_steps,
             paper.random_action_prob) == (30, 1, 40_000, 0.001)
     assert all(evaluation.PROTOCOLS[p].stuck_repeats == 0 for p in ("greedy", "sampled", "egreedy"))
-    assert ev.build_parser().parse_args(["run"]).policy == "paper"
+    # no --policy: each algorithm's own protocol, chosen once the checkpoint says which algorithm trained it
+    assert ev.build_parser().parse_args(["run"]).policy is None
+    assert ev.DEFAULT_POLICY == {"ba3c": "paper", "gorila": "egreedy"}
 
 
 def test_episode_quotas_are_balanced():

@@ -110,8 +110,9 @@ def test_pong_resume_and_evaluate(tmp_path):
     refused = run_train(["--resume", str(run), "--algo", "ba3c"], check=False)
     assert refused.returncode == 2 and "a resume must keep" in refused.stderr
     out = tmp_path / "eval.json"
-    p = subprocess.run([sys.executable, "-m", "ba3c.evaluate", str(run), "--policy", "egreedy", "--episodes", "2",
-                        "--num-envs", "2", "--max-episode-frames", "2000", "--json", str(out)], cwd=ROOT,
+    # no --policy: a Gorila run is evaluated with DQN's protocol (epsilon-greedy 0.05) by default
+    p = subprocess.run([sys.executable, "-m", "ba3c.evaluate", str(run), "--episodes", "2", "--num-envs", "2",
+                        "--max-episode-frames", "2000", "--json", str(out)], cwd=ROOT,
                        env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     result = json.loads(out.read_text())
