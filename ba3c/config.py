@@ -20,7 +20,6 @@ from ba3c.files import write_json
 MODELS = ("auto", "nature", "paper", "mlp")
 CLIP_MODES = ("global", "avg")
 LR_SCALINGS = ("none", "linear", "sqrt")
-LR_DECAYS = ("none", "linear")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 EXCHANGES = ("sync", "overlap")
 ALLREDUCES = ("grouped", "per-tensor")
@@ -135,15 +134,6 @@ class LearnConfig:
                          doc="ref is --lr-ref-batch; the global batch counts rehearsed ranks.", choices=LR_SCALINGS)
     lr_ref_batch: int = _f(64, "global batch at which --lr applies unchanged")
     warmup_updates: int = _f(100, "linear lr warm-up over this many updates when the rule raises the lr")
-    lr_decay: str = _f("none", "none, or linear: the lr falls to 0 at --lr-decay-frames",
-                       doc="linear: the lr falls in proportion to the frames trained, from the rule's lr at frame 0 "
-                           "to 0 at --lr-decay-frames, a multiplier on top of the scaling rule, the warm-up and the "
-                           "collapse guard's cuts (CleanRL's PPO anneals this way; the authors' code had a step "
-                           "schedule, off by default). Measured once (Pong, one seed): no gain over the constant lr.",
-                       choices=LR_DECAYS, experimental=True)
-    lr_decay_frames: int = _f(0, "--lr-decay linear: frame count at which the lr reaches 0 (0: --total-frames)",
-                              doc="0 means --total-frames, so a resume that raises --total-frames raises the lr. It "
-                                  "may not be below --total-frames, which would train at lr 0.", experimental=True)
     noise_scale_every: int = _f(0, "measure the gradient noise scale every N updates, into progress.csv (0: off)",
                                 doc="A diagnostic: the simple noise scale B_simple = tr(Sigma) / |G|^2 of McCandlish "
                                     "et al. 2018, about the batch beyond which more samples per update stop saving "
@@ -298,19 +288,22 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
                                              "noise_scale_every": 0,
-                                             "decorrelate_steps": 0, "lr_decay": "none", "lr_decay_frames": 0,
+                                             "decorrelate_steps": 0,
                                              "sticky_actions": 0.0, "checkpoint_max_failures": 3}
 # Runs saved before Gorila mode existed are BA3C runs; the gorila group's defaults stand in for its options there.
 IMPLIED_BY_OLDER_CONFIGS.update(algo="ba3c", **{f.name: f.default for f in fields(GorilaConfig)})
 
-# Options removed because their experiments measured no gain (the README's batch-scaling results; the code is
-# in git history: REMOVED_IN names the last commit that has it). A saved config may still hold them. The value
+# Options removed because their experiments measured no gain (docs: batch scaling, learning rate; the code is in
+# git history: REMOVED_IN names, per option, the last commit that has it). A saved config may still hold them. The value
 # given here is the behaviour that remains (None: a knob of the removed behaviour, meaningless without it): such
 # entries are dropped silently. Any other value means the run trained with the removed behaviour: a resume
 # cannot continue it, an evaluation can (the network is the same).
 REMOVED_OPTIONS: dict[str, Any] = {"lr_adapt": "none", "kl_target": None, "kl_lr_max": None, "kl_samples": None,
-                                   "advantage_norm": "none"}
-REMOVED_IN = "7a76fc9bcf21"
+                                   "advantage_norm": "none", "lr_decay": "none", "lr_decay_frames": None}
+_KL_GONE, _DECAY_GONE = "7a76fc9bcf21", "3fb9c3a6a7b7"
+REMOVED_IN: dict[str, str] = {"lr_adapt": _KL_GONE, "kl_target": _KL_GONE, "kl_lr_max": _KL_GONE,
+                              "kl_samples": _KL_GONE, "advantage_norm": _KL_GONE,
+                              "lr_decay": _DECAY_GONE, "lr_decay_frames": _DECAY_GONE}
 
 # The paper's optimizer settings (the authors' released code, deepsense-ai/Distributed-BA3C). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -381,7 +374,7 @@ def validate(cfg: Config) -> None:
                   seed=s.seed, clip_norm=l.clip_norm, entropy_coef=l.entropy_coef,
                   value_coef=l.value_coef, warmup_updates=l.warmup_updates, noise_scale_every=l.noise_scale_every,
                   intra_op_threads=r.intra_op_threads, inter_op_threads=r.inter_op_threads,
-                  decorrelate_steps=s.decorrelate_steps, lr_decay_frames=l.lr_decay_frames)
+                  decorrelate_steps=s.decorrelate_steps)
     for name, v in nonneg.items():
         if v < 0:
             raise ConfigError(f"{_flag(name)}: must be >= 0, got {v}")
@@ -402,13 +395,6 @@ def validate(cfg: Config) -> None:
     if s.decorrelate_steps and s.predict_batch != s.num_envs:
         raise ConfigError(f"--decorrelate-steps {s.decorrelate_steps}: ALE restarts single games only in synchronous "
                           f"simulation; set --predict-batch equal to --num-envs ({s.num_envs}), now {s.predict_batch}")
-    if l.lr_decay_frames and l.lr_decay == "none":
-        raise ConfigError(f"--lr-decay-frames {l.lr_decay_frames} has no effect without --lr-decay linear; "
-                          f"add --lr-decay linear or drop --lr-decay-frames")
-    if l.lr_decay == "linear" and 0 < l.lr_decay_frames < r.total_frames:
-        raise ConfigError(f"--lr-decay-frames {l.lr_decay_frames} is below --total-frames {r.total_frames}: the frames "
-                          f"after it would train at lr 0; raise it to at least {r.total_frames} "
-                          f"(or 0 for --total-frames)")
     if not 0.0 < l.gamma <= 1.0:
         raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
     for name in ("beta1", "beta2"):
@@ -485,14 +471,6 @@ def data_ranks(cfg: Config, world_size: int) -> int:
 def noise_sub_batch(cfg: Config) -> int:
     """--noise-scale-every's small batch: one rehearsed rank's batch, or a quarter of the rank's batch."""
     return cfg.learn.train_batch if cfg.run.rehearse_ranks > 1 else cfg.learn.train_batch // 4
-
-
-def lr_decay_factor(cfg: Config, frames: int) -> float:
-    """--lr-decay's multiplier on the lr after `frames` trained frames (1 without a decay)."""
-    if cfg.learn.lr_decay == "none":
-        return 1.0
-    end = cfg.learn.lr_decay_frames or cfg.run.total_frames
-    return max(0.0, 1.0 - frames / end)
 
 
 def global_batch(cfg: Config, world_size: int) -> int:
@@ -613,8 +591,10 @@ def removed_behaviours(data: Any) -> list[str]:
 
 
 def removed_message(source: str, used: list[str]) -> str:
+    """`used`: removed_behaviours' flags ('--lr-adapt kl'); the message names the last commit that has each."""
+    commits = sorted({REMOVED_IN[flag.split()[0][2:].replace("-", "_")] for flag in used})
     return (f"{source}: the run trained with {', '.join(used)}, which ba3c no longer has (its experiment measured "
-            f"no gain); continue it with git commit {REMOVED_IN}, the last that has it, or start a new run")
+            f"no gain); continue it with git commit {', '.join(commits)}, the last that has it, or start a new run")
 
 
 def without_removed(data: Any) -> Any:

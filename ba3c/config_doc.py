@@ -71,11 +71,14 @@ def _algo_defaults() -> list[str]:
 
 
 def _removed() -> list[str]:
-    flags = ", ".join(f"`--{k.replace('_', '-')}`" for k in REMOVED_OPTIONS)
+    by_commit: dict[str, list[str]] = {}
+    for k in REMOVED_OPTIONS:
+        by_commit.setdefault(REMOVED_IN[k], []).append(f"`--{k.replace('_', '-')}`")
+    where = "; ".join(f"{', '.join(flags)} at commit `{commit}`" for commit, flags in by_commit.items())
     return ["## Removed options", "",
-            f"{flags} were removed because their experiments measured no gain; their code is in git history at "
-            f"commit `{REMOVED_IN}`. A saved configuration that holds them with the behaviour that remains "
-            f"(`none`) is read as if they were absent. A run that trained with a removed behaviour still "
+            f"These options were removed because their experiments measured no gain; their code is in git history "
+            f"({where}, the last commits that have them). A saved configuration that holds them with the behaviour "
+            f"that remains (`none`) is read as if they were absent. A run that trained with a removed behaviour still "
             f"evaluates, but does not resume: continue it with that commit.", ""]
 
 

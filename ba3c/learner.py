@@ -139,8 +139,6 @@ class Learner:
         # and Adam's state (a rollback into the warm-up must not meet fresh Adam moments with the full lr).
         self.lr_step = 0
         self.lr_scale = 1.0  # the collapse guard's cut after a rollback (ba3c.guard)
-        self.lr_decay = 1.0  # --lr-decay's multiplier, set by the trainer from the frames trained
-        #                      (config.lr_decay_factor)
         self.noise_sub_batch = noise_sub_batch  # --noise-scale-every's small batch (ba3c.config.noise_sub_batch)
         self._pending: Future | None = None
         self._lr_assigned: float | None = None  # the value last assigned to Adam's lr variable (None: unknown)
@@ -230,7 +228,7 @@ class Learner:
 
     # ---- host side
     def current_lr(self) -> float:
-        lr = self.base_lr * self.lr_scale * self.lr_decay
+        lr = self.base_lr * self.lr_scale
         if self.warmup <= 0:
             return lr
         return lr * min(1.0, (self.lr_step + 1) / self.warmup)

@@ -25,7 +25,6 @@ from ba3c.config import (
     Config,
     data_ranks,
     global_batch,
-    lr_decay_factor,
     noise_sub_batch,
     scaled_lr,
 )
@@ -87,7 +86,6 @@ class Trainer:
         self.learner.lr_step = int(self.learner.opt.iterations.numpy())
         self.guard = Guard(cfg.run, dist.is_root, self.state.lr_scale)
         self.learner.lr_scale = self.state.lr_scale  # earlier rollbacks' lr cuts hold for the whole run
-        self.learner.lr_decay = lr_decay_factor(cfg, self.state.frames)  # --lr-decay follows the frames trained
         self.interval = IntervalRecorder()
         # BA3C: each update trains on the agent steps it samples; Gorila: it stands for --train-every agent steps
         # per rank, after --learning-starts of them that each process plays first
@@ -256,7 +254,6 @@ class Trainer:
         self.learn_timers.seconds["allreduce"] += self.stats.allreduce_s
         self.state.updates += 1
         self.state.frames += self.frames_per_update
-        self.learner.lr_decay = lr_decay_factor(self.cfg, self.state.frames)
         self.unsampled_steps += batch.unsampled_steps  # rank 0 adds every rank's at the next sync point
         self.flag.started = True  # from now on a stop request checkpoints first
         self.watchdog.last_progress = time.monotonic()

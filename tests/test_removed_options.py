@@ -21,9 +21,11 @@ from ba3c.train import resolve
 from conftest import ROOT, run_train, subprocess_env
 
 # What runs saved before the removal hold (their defaults then), and a run that used the removed behaviours
-OLD_DEFAULTS = {"lr_adapt": "none", "kl_target": 0.002, "kl_lr_max": 1.0, "kl_samples": 256, "advantage_norm": "none"}
+OLD_DEFAULTS = {"lr_adapt": "none", "kl_target": 0.002, "kl_lr_max": 1.0, "kl_samples": 256, "advantage_norm": "none",
+                "lr_decay": "none", "lr_decay_frames": 0}
 OLD_KL = {**OLD_DEFAULTS, "lr_adapt": "kl", "kl_lr_max": 16.0}
 OLD_ADVNORM = {**OLD_DEFAULTS, "advantage_norm": "batch"}
+OLD_DECAY = {**OLD_DEFAULTS, "lr_decay": "linear", "lr_decay_frames": 20_000_000}
 OLD_PROGRESS_EXTRA = ("kl", "kl_step", "step_kept")  # progress.csv columns that only --lr-adapt kl filled
 
 
@@ -64,7 +66,8 @@ def old_run_without_training(run, learn: dict) -> dict:
 
 def test_the_removed_options_are_gone_and_named_with_a_commit():
     assert not set(REMOVED_OPTIONS) & set(all_option_names())
-    assert re.fullmatch(r"[0-9a-f]{12}", REMOVED_IN), REMOVED_IN
+    assert set(REMOVED_IN) == set(REMOVED_OPTIONS)
+    assert all(re.fullmatch(r"[0-9a-f]{12}", c) for c in REMOVED_IN.values()), REMOVED_IN
 
 
 def test_old_configs_holding_the_remaining_behaviour_load_silently(tmp_path):
@@ -84,7 +87,8 @@ def test_old_configs_holding_the_remaining_behaviour_load_silently(tmp_path):
     assert resolve(["--config", str(flat)])[0].learn.lr == 1e-3
 
 
-@pytest.mark.parametrize("learn, flag", [(OLD_KL, "--lr-adapt kl"), (OLD_ADVNORM, "--advantage-norm batch")])
+@pytest.mark.parametrize("learn, flag", [(OLD_KL, "--lr-adapt kl"), (OLD_ADVNORM, "--advantage-norm batch"),
+                                         (OLD_DECAY, "--lr-decay linear")])
 def test_a_run_that_used_a_removed_behaviour_is_refused_on_resume_but_evaluates(tmp_path, learn, flag):
     run = tmp_path / "removed"
     old_run_without_training(run, learn)
@@ -94,7 +98,8 @@ def test_a_run_that_used_a_removed_behaviour_is_refused_on_resume_but_evaluates(
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ba3c: error: --resume:"), p.stderr
-    assert flag in lines[0] and "no longer has" in lines[0] and f"git commit {REMOVED_IN}" in lines[0]
+    commit = REMOVED_IN[flag.split()[0][2:].replace("-", "_")]
+    assert flag in lines[0] and "no longer has" in lines[0] and f"git commit {commit}" in lines[0]
     with pytest.raises(ConfigError, match=re.escape(flag)):  # its config.json given as --config
         resolve(["--config", str(run / "config.json")])
     c = ckpt.load_latest(str(run / "checkpoints"))
