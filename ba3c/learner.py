@@ -169,6 +169,7 @@ class Learner:
             self._update = self._update_host
         else:  # gradients, (in-graph) average, clipping and Adam as one compiled call
             self._fused = tf.function(lambda *batch: _packed(tf, *self._fused_step(average_in_graph, in_graph, *batch)))
+            self._fused_graphs: dict[tuple, Any] = {}  # its concrete functions by the inputs' types (_fused_for)
             self._update = self._update_fused
 
     # ---- graph pieces
@@ -288,9 +289,18 @@ class Learner:
         return pg + flat(tape.gradient(rest, variables)), pg
 
     # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds).
+    def _fused_for(self, args: tuple) -> Any:
+        """The fused step's graph for these inputs' types and shapes (the one tf.function traces). Called directly
+        it skips tf.function's dispatch (binding the arguments, the trace-cache lookup): 0.2-0.4 ms on one core."""
+        key = tuple((a.dtype, tuple(a.shape)) for a in args)
+        fn = self._fused_graphs.get(key)
+        if fn is None:
+            fn = self._fused_graphs[key] = self._fused.get_concrete_function(*args)
+        return fn
+
     def _update_fused(self, args: tuple) -> tuple:
         self._set_lr()
-        out = self._fused(*args).numpy()  # one read back: the loss's statistics, the gradient norm, the exchange
+        out = self._fused_for(args)(*args).numpy()  # one read back: the loss's statistics, the norm, the exchange
         losses, norm, exposed_s = out[:-2], out[-2], out[-1]
         return losses, norm, max(0.0, float(exposed_s))
 
