@@ -288,7 +288,6 @@ class Learner:
         pg = flat(tape.gradient(policy_loss, variables))
         return pg + flat(tape.gradient(rest, variables)), pg
 
-    # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds).
     def _fused_for(self, args: tuple) -> Any:
         """The fused step's graph for these inputs' types and shapes (the one tf.function traces). Called directly
         it skips tf.function's dispatch (binding the arguments, the trace-cache lookup): 0.2-0.4 ms on one core."""
@@ -298,6 +297,7 @@ class Learner:
             fn = self._fused_graphs[key] = self._fused.get_concrete_function(*args)
         return fn
 
+    # One of these is `_update`: (batch tensors) -> (losses, gradient norm, exposed host exchange seconds).
     def _update_fused(self, args: tuple) -> tuple:
         self._set_lr()
         out = self._fused_for(args)(*args).numpy()  # one read back: the loss's statistics, the norm, the exchange
