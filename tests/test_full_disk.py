@@ -209,8 +209,6 @@ def _resume(run: Path) -> None:
 
 @pytest.mark.root
 @pytest.mark.slow
-@pytest.mark.root
-@pytest.mark.slow
 def test_a_run_whose_disk_fills_stops_cleanly_and_resumes(small_fs):
     """Fails on the code before the full-disk handling (a traceback, exit 1, ckpt-N.npz.tmp.<pid> and an orphan
     ckpt-N.sha256 left). Now: a warning line per refused checkpoint (directory, needed, free), then after
@@ -237,8 +235,6 @@ def test_a_run_whose_disk_fills_stops_cleanly_and_resumes(small_fs):
 
 @pytest.mark.root
 @pytest.mark.slow
-@pytest.mark.root
-@pytest.mark.slow
 def test_a_stop_signal_on_a_full_disk_keeps_the_older_checkpoints(small_fs):
     """The final checkpoint at SIGTERM finds no room: one error line, exit 74 (not 75), the older checkpoints
     whole, and --resume continues from the newest of them."""
@@ -260,8 +256,6 @@ def test_a_stop_signal_on_a_full_disk_keeps_the_older_checkpoints(small_fs):
     _resume(run)
 
 
-@pytest.mark.root
-@pytest.mark.slow
 @pytest.mark.root
 @pytest.mark.slow
 def test_the_run_directory_full_at_the_start_is_one_line(small_fs):
