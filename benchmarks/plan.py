@@ -50,6 +50,7 @@ GRADIENT_BYTES = sm.BYTES_PER_FLOAT * sm.MODEL_FLOATS  # the Nature CNN's gradie
 PAPER_MINUTES = 21.0  # arXiv 1801.02852: 21 minutes on 64 nodes (their games and thresholds, not Pong 18)
 TARGETS = {32: 0.5, 64: 0.35}  # issue 44: time to Pong 18 against linear
 STEP_TIME = os.path.join(harness.RESULTS, "step_time", "step_time.json")
+FLOOR_PROBE = os.path.join(harness.RESULTS, "step_time", "floor_probe.json")
 SCALING = os.path.join(harness.RESULTS, "scaling", "scaling.json")
 BATCH_SCALING = os.path.join(harness.ROOT, "studies", "batch_scaling", "results", "batch_scaling.json")
 SHAPED_LINKS = os.path.join(harness.ROOT, "studies", "shaped_links", "results", "shaped_links-horovod.json")
@@ -263,17 +264,55 @@ def global_batches(nodes: int, most: int) -> list[int]:
     return out
 
 
-def choice(nodes: int, batch: int, upd: Updates, node: NodeModel, cores: int, exch: float) -> Choice:
+@dataclass(frozen=True)
+class Sharding:
+    """A sharded optimizer (ZeRO-1; the trainer has none: modelled here to judge whether to build one). Each of N
+    ranks reduce-scatters the flat gradient, allreduces its slice's squared norm (global-norm clipping), clips and
+    applies Adam to its 1/N of the parameters, and allgathers the updated slices. Its parts are benchmarks/
+    floor_probe.py's, timed on one core (assumed the same on a node: more threads would shrink the optimizer and so
+    the saving): the learner's clipping + Adam, its sharded form on 1/k of the flat parameters (fitted as
+    fixed + all / k), the gradients flattened for the reduce-scatter and the gathered weights put back."""
+    optimizer_s: float
+    shard_fixed_s: float
+    shard_all_s: float
+    flatten_s: float
+    unflatten_s: float
+    extra_collectives: int = 2  # the scalar allreduce and the allgather; the reduce-scatter replaces the allreduce
+    source: str = ""
+
+    def saving_s(self, nodes: int) -> float:
+        """The fixed cost per update it removes on `nodes` ranks (negative: it adds); 0 on one node (nothing to
+        share)."""
+        if nodes <= 1:
+            return 0.0
+        return self.optimizer_s - self.shard_fixed_s - self.shard_all_s / nodes - self.flatten_s - self.unflatten_s
+
+
+def choice(nodes: int, batch: int, upd: Updates, node: NodeModel, cores: int, exch: float,
+           overhead_cut_s: float = 0.0) -> Choice:
     b = batch // nodes
     inside = (not node.fitted_batches) or min(node.fitted_batches) <= b <= max(node.fitted_batches)
-    return Choice(nodes, batch, b, upd.updates, upd.label, upd.source, node.overhead_s, node.compute_s(b, cores),
-                  node.collect_s(b, cores), exch, "fitted" if inside else "extrapolated (outside the fitted batches)")
+    return Choice(nodes, batch, b, upd.updates, upd.label, upd.source, node.overhead_s - overhead_cut_s,
+                  node.compute_s(b, cores), node.collect_s(b, cores), exch,
+                  "fitted" if inside else "extrapolated (outside the fitted batches)")
+
+
+def update_floor(nodes: int, net: Network, exchange_overhead_s: float,
+                 sharding: Sharding | None) -> tuple[float, float]:
+    """(the exchange, the cut in the fixed cost) per update on `nodes` nodes: with a sharded optimizer the ring's
+    bytes are the same (a reduce-scatter and an allgather are an allreduce's two halves), each extra collective
+    costs Horovod's fixed cost once more, and the fixed cost falls by the optimizer work shared."""
+    exch = exchange_s(nodes, net, exchange_overhead_s)
+    if sharding is None or nodes <= 1:
+        return exch, 0.0
+    return exch + sharding.extra_collectives * (exchange_overhead_s + 2 * net.latency_s), sharding.saving_s(nodes)
 
 
 def choices_for(nodes: int, s: Settings, node: NodeModel, net: Network, exchange_overhead_s: float,
-                measured: Sequence[Updates], modelled: Sequence[sm.FramesToScore] = ()) -> list[Choice]:
-    exch = exchange_s(nodes, net, exchange_overhead_s)
-    return [choice(nodes, gb, updates_at(gb, measured, s.beyond, modelled), node, s.cores_per_node, exch)
+                measured: Sequence[Updates], modelled: Sequence[sm.FramesToScore] = (),
+                sharding: Sharding | None = None) -> list[Choice]:
+    exch, cut = update_floor(nodes, net, exchange_overhead_s, sharding)
+    return [choice(nodes, gb, updates_at(gb, measured, s.beyond, modelled), node, s.cores_per_node, exch, cut)
             for gb in global_batches(nodes, s.max_global_batch)]
 
 
@@ -320,20 +359,20 @@ def binds(c: Choice, eff: float, needed_step_s: float | None) -> str:
 
 
 def envelope(s: Settings, node: NodeModel, net: Network, exchange_overhead_s: float, measured: Sequence[Updates],
-             modelled: Sequence[sm.FramesToScore] = ()) -> list[EnvelopeRow]:
+             modelled: Sequence[sm.FramesToScore] = (), sharding: Sharding | None = None) -> list[EnvelopeRow]:
     """Per node count: the best (B, b), its efficiency against linear, what binds, and the fixed per-node
     batch beside it (all under one model)."""
     rows: list[EnvelopeRow] = []
     one = one_fixed = None
     for n in node_counts(s.nodes):
-        cs = choices_for(n, s, node, net, exchange_overhead_s, measured, modelled)
+        cs = choices_for(n, s, node, net, exchange_overhead_s, measured, modelled, sharding)
         top = best(cs)
         fixed_gb = s.fixed_per_node_batch * n
         fixed = next((c for c in cs if c.global_batch == fixed_gb), None)
         if fixed is None and fixed_gb <= s.max_global_batch:
-            exch = exchange_s(n, net, exchange_overhead_s)
+            exch, cut = update_floor(n, net, exchange_overhead_s, sharding)
             upd = updates_at(fixed_gb, measured, s.beyond, modelled)
-            fixed = choice(n, fixed_gb, upd, node, s.cores_per_node, exch)
+            fixed = choice(n, fixed_gb, upd, node, s.cores_per_node, exch, cut)
         if n == 1:
             one, one_fixed = top.minutes, (fixed.minutes if fixed else None)
         eff = efficiency(one, n, top.minutes)
@@ -374,6 +413,26 @@ def exchange_overhead(scaling: dict[str, Any] | None) -> tuple[float, str, str]:
     if not fit:
         return 0.0, "assumed", "no fitted Horovod overhead: 0"
     return fit["overhead_s"], "fitted", "Horovod's fixed cost per allreduce, fitted on this box (scaling.json)"
+
+
+def sharding_from(probe: dict[str, Any] | None) -> Sharding | None:
+    """The sharded optimizer's parts from benchmarks/floor_probe.py's summary (median CPU time per call, one
+    thread); None without the file."""
+    summary = (probe or {}).get("summary") or {}
+    shards = [(1.0 / int(k.split()[1]), v["cpu_s_per_call_median"]) for k, v in summary.items()
+              if k.startswith("shard ")]
+    fit = sm.fit_step_time(shards)
+    if fit is None or not all(k in summary for k in ("optimizer", "flatten", "unflatten")):
+        return None
+    part = lambda k: float(summary[k]["cpu_s_per_call_median"])  # noqa: E731
+    return Sharding(part("optimizer"), fit.overhead_s, fit.per_sample_s, part("flatten"), part("unflatten"),
+                    source=f"benchmarks/floor_probe.py, {probe.get('date', '')}: clipping + Adam "
+                           f"{1e3 * part('optimizer'):.2f} ms (measured), on 1/k of the flat parameters "
+                           f"{1e3 * fit.overhead_s:.2f} + {1e3 * fit.per_sample_s:.2f} / k ms (fitted to k = "
+                           f"{', '.join(str(round(1 / x)) for x, _ in sorted(shards, reverse=True))}), flatten "
+                           f"{1e3 * part('flatten'):.2f} ms, weights back {1e3 * part('unflatten'):.2f} ms (measured); "
+                           "one thread, assumed the same on a node; each extra collective Horovod's fitted fixed "
+                           "cost (assumed)")
 
 
 def here_fit(step_time: dict[str, Any] | None, threads: int) -> tuple[dict[str, Any], tuple[int, ...]]:
@@ -506,6 +565,19 @@ def report(s: Settings, node: NodeModel, net: Network, exch_label: tuple[float, 
               + ", ".join(f"{c['threads']}t b{c['batch']} {c['error']:+.0%}" for c in mine))
 
 
+def report_sharding(sharding: Sharding, rows: Sequence[EnvelopeRow], sharded: Sequence[EnvelopeRow]) -> None:
+    print("\nA sharded optimizer (ZeRO-1; not in the trainer; modelled): the fixed cost per update falls by the "
+          "optimizer work shared, the exchange gains two collectives")
+    print(f"  parts: {sharding.source}")
+    print(f"{'nodes':>5} {'fixed cost cut ms':>17} {'extra exchange ms':>17} {'floor ms':>8} {'minutes':>8} "
+          f"{'eff':>5} | unsharded: {'floor ms':>8} {'minutes':>8} {'eff':>5}")
+    for r, q in zip(rows, sharded):
+        print(f"{q.nodes:>5} {1e3 * (r.best.overhead_s - q.best.overhead_s):>17.2f} "
+              f"{1e3 * (q.best.exchange_s - r.best.exchange_s):>17.2f} {1e3 * q.best.floor_s:>8.2f} "
+              f"{q.best.minutes:>8.2f} {q.efficiency_vs_linear:>5.2f} | {1e3 * r.best.floor_s:>18.2f} "
+              f"{r.best.minutes:>8.2f} {r.efficiency_vs_linear:>5.2f}")
+
+
 def plot(rows: Sequence[EnvelopeRow], today: Sequence[dict[str, Any]], s: Settings, net: Network, node: NodeModel,
          path: str) -> None:
     plt = harness.pyplot()
@@ -584,6 +656,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--exchange", default=EXCHANGE, help="the exchange study's JSON (a check of the exchange term)")
     p.add_argument("--scaling", default=SCALING,
                    help="scaling.json: collection cost, Horovod's overhead, the earlier projection; gains the envelope")
+    p.add_argument("--floor-probe", default=FLOOR_PROBE,
+                   help="benchmarks/floor_probe.py's JSON: a sharded optimizer's parts, modelled beside the envelope")
     p.add_argument("--no-write-scaling", action="store_true", help="leave scaling.json unchanged")
     p.add_argument("--out", default=OUT)
     args = p.parse_args(argv)
@@ -628,9 +702,13 @@ def main(argv: list[str] | None = None) -> int:
         other = {r.nodes: r.efficiency_vs_linear for r in other_rows if r.nodes in TARGETS or r.nodes == args.nodes}
     except LookupError:
         pass
+    sharding = sharding_from(load_json(args.floor_probe))
+    sharded_rows = envelope(s, node, net, exch[0], measured, modelled, sharding) if sharding else []
     checks = model_check(step_time, args.here_threads)
     xcheck = exchange_check(scaling, load_json(args.exchange))
     report(s, node, net, exch, rows, measured, checks, other)
+    if sharded_rows:
+        report_sharding(sharding, rows, sharded_rows)
     if xcheck:
         print(f"  the exchange term at 2 ranks with this box's fitted allreduce: {1e3 * xcheck['model_s']:.1f} ms, "
               "against "
@@ -650,7 +728,10 @@ def main(argv: list[str] | None = None) -> int:
            "other_node_model": {"name": other_name, "efficiency_vs_linear": {str(k): v for k, v in other.items()}},
            "all_choices": [c.to_json() for n in node_counts(s.nodes)
                            for c in choices_for(n, s, node, net, exch[0], measured, modelled)],
-           "model_check": checks, "exchange_check": xcheck}
+           "model_check": checks, "exchange_check": xcheck,
+           "sharded_optimizer": None if not sharding else {
+               "modelled": True, "in_trainer": False, "parts": asdict(sharding),
+               "envelope": [r.to_json() for r in sharded_rows]}}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "plan.json"), "w") as fh:
         json.dump(out, fh, indent=1)

@@ -233,3 +233,42 @@ def test_planner_end_to_end_on_synthetic_files(tmp_path):
     assert [r["nodes"] for r in env["rows"]] == [1, 2, 4, 8] and env["modelled"] is True
     assert all("efficiency_vs_linear" in r for r in env["rows"])
     assert "within 15%" in p.stdout or "NOT within 15%" in p.stdout
+
+
+def test_a_sharded_optimizer_cuts_the_shared_optimizer_work_and_adds_two_collectives():
+    sh = plan.Sharding(optimizer_s=0.003, shard_fixed_s=0.0002, shard_all_s=0.002, flatten_s=0.0005,
+                       unflatten_s=0.0003)
+    assert sh.saving_s(1) == 0.0
+    assert sh.saving_s(4) == pytest.approx(0.003 - 0.0002 - 0.0005 - 0.0005 - 0.0003)
+    nd = node(overhead=0.01)
+    base = plan.envelope(settings(nodes=8), nd, NET, 0.002, MEASURED)
+    sharded = plan.envelope(settings(nodes=8), nd, NET, 0.002, MEASURED, sharding=sh)
+    assert sharded[0].best.minutes == base[0].best.minutes  # one node: nothing to share, no collective
+    for r in sharded[1:]:
+        assert r.best.overhead_s == pytest.approx(0.01 - sh.saving_s(r.nodes))
+        # the same ring bytes, plus two collectives' fixed cost and latency
+        assert r.best.exchange_s == pytest.approx(plan.exchange_s(r.nodes, NET, 0.002) + 2 * (0.002 + 2 * 10e-6))
+
+
+def test_sharding_parts_come_from_the_floor_probe_summary():
+    summary = {"optimizer": {"cpu_s_per_call_median": 0.003}, "flatten": {"cpu_s_per_call_median": 0.001},
+               "unflatten": {"cpu_s_per_call_median": 0.0005},
+               **{f"shard {k}": {"cpu_s_per_call_median": 0.0002 + 0.0028 / k} for k in (2, 4, 8, 64)}}
+    sh = plan.sharding_from({"summary": summary, "date": "d"})
+    assert sh.shard_fixed_s == pytest.approx(0.0002) and sh.shard_all_s == pytest.approx(0.0028)
+    assert (sh.optimizer_s, sh.flatten_s, sh.unflatten_s) == (0.003, 0.001, 0.0005)
+    assert plan.sharding_from(None) is None
+    assert plan.sharding_from({"summary": {"optimizer": {"cpu_s_per_call_median": 0.003}}}) is None
+
+
+def test_floor_probe_ratios_are_per_round_against_the_baseline():
+    from benchmarks import floor_probe
+
+    cells = [{"round": r, "variant": v, "cpu_s_per_call": t}
+             for r, (a, b) in enumerate(((0.010, 0.012), (0.020, 0.022), (0.010, 0.015)))
+             for v, t in (("train 1", a), ("train-xla 1", b))]
+    s = floor_probe.summarise(cells)
+    assert s["train 1"]["cpu_s_per_call_median"] == 0.010 and "vs" not in s["train 1"]
+    assert s["train-xla 1"]["vs"] == "train 1"
+    assert s["train-xla 1"]["ratio_median"] == pytest.approx(1.2)
+    assert (s["train-xla 1"]["ratio_min"], s["train-xla 1"]["ratio_max"]) == pytest.approx((1.1, 1.5))
