@@ -4,6 +4,8 @@ Ring allreduce of `bytes` over r ranks:
     t_allreduce(r) = a + 2(r-1)/r * bytes / bandwidth + 2(r-1) * latency      (0 for r = 1)
 fitted by least squares to measured (r, bytes, seconds) points. An update on r ranks:
     sync exchange:    t = t_compute + t_allreduce(r),   efficiency = t_compute / t
+    with rank waiting: t = E[max over the r ranks of a per-update time] + t_allreduce(r)   (expected_max_s:
+                      every rank waits for the slowest; t_compute above is the mean, which no rank waits on)
     overlap (ideal):  t = max(t_compute, t_allreduce(r))
     measured exchange overlap: t = t_compute + exposed * t_allreduce(r)   (exposed: measured share)
 Weak-scaling efficiency of a measured run: its frames/s over r x one rank's (over one rank's for
@@ -130,6 +132,30 @@ def fit_link_efficiency(samples: Sequence[tuple[float, float]]) -> tuple[float, 
 def relative_error(predicted: float, measured: float) -> float:
     """(predicted - measured) / measured: positive when the model is slower than what was measured."""
     return (predicted - measured) / measured
+
+
+def expected_max_s(per_rank: Sequence[Sequence[float]], draws: int = 20_000, seed: int = 0) -> float:
+    """E[max over the ranks of one per-update time from each]: the compute term of a synchronous update.
+
+    Every rank waits in the exchange for the slowest, so an update on r ranks takes the largest of r per-update
+    times, not their mean. `per_rank[i]`: rank i's per-update seconds measured without an exchange. Estimated by
+    resampling: `draws` times, one time drawn (with replacement) from each rank's list, the largest kept; their
+    mean. The draws are independent, so updates are assumed to run late independently of each other and of the
+    other ranks (a rank slowed for many updates in a row is covered by its own list being slower). One rank:
+    its mean."""
+    if not per_rank or any(len(t) == 0 for t in per_rank):
+        raise ValueError("expected_max_s: every rank needs at least one per-update time")
+    if len(per_rank) == 1:
+        return float(np.mean(per_rank[0]))
+    rng = np.random.default_rng(seed)
+    picks = np.stack([rng.choice(np.asarray(t, dtype=np.float64), size=draws) for t in per_rank])
+    return float(picks.max(axis=0).mean())
+
+
+def sync_update_s(per_rank: Sequence[Sequence[float]], t_allreduce_s: float) -> float:
+    """Modelled seconds per synchronous update with rank waiting: E[max of the ranks' per-update times] + the
+    exchange (the exchange starts once the slowest rank has its gradient)."""
+    return expected_max_s(per_rank) + t_allreduce_s
 
 
 def predict_efficiency(ranks: int, t_compute: float, fit: AllreduceFit, floats: int = MODEL_FLOATS) -> float:

@@ -1,7 +1,9 @@
 """The cluster in the box's arithmetic, without root: the emulated link, the straggler prediction, the window's
-frames/s from progress.csv rows (the runs themselves: tests/test_box_cluster.py, benchmarks/box_scaling.py)."""
+frames/s from progress.csv rows, the waiting term (E[max] of the ranks' update times) and box_scaling's model
+(the runs themselves: tests/test_box_cluster.py, benchmarks/box_scaling.py)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from benchmarks import box_cluster, box_scaling, scaling_model as sm
@@ -29,3 +31,49 @@ def test_window_rate_uses_rows_from_the_warmup_on(tmp_path):
     r = box_scaling.window_rate(str(p), 10.0)
     assert r["frames_per_s"] == pytest.approx(4000 / 20) and r["s_per_update"] == pytest.approx(20 / 200)
     assert box_scaling.window_rate(str(p), 25.0) is None  # one row: no window
+
+
+def test_expected_max_of_ranks_by_resampling():
+    assert sm.expected_max_s([[0.01, 0.03]]) == pytest.approx(0.02)  # one rank: its mean
+    assert sm.expected_max_s([[0.01] * 5, [0.02] * 3]) == pytest.approx(0.02)  # no spread: the slower rank
+    # two ranks, each 0 or 1 s at even odds: the max is 1 unless both draw 0, E = 3/4 (20,000 draws: sd 0.003)
+    assert sm.expected_max_s([[0.0, 1.0], [0.0, 1.0]]) == pytest.approx(0.75, abs=0.02)
+    # four such ranks: 1 - 1/16
+    assert sm.expected_max_s([[0.0, 1.0]] * 4) == pytest.approx(15 / 16, abs=0.02)
+    assert sm.sync_update_s([[0.01] * 5, [0.02] * 3], 0.005) == pytest.approx(0.025)
+    with pytest.raises(ValueError):
+        sm.expected_max_s([[0.01], []])
+
+
+def test_update_intervals_keep_the_last_seconds(tmp_path):
+    p = tmp_path / "rank0.npy"
+    np.save(p, np.array([0.0, 1.0, 5.0, 5.5, 6.0, 7.0]))
+    assert box_scaling.update_intervals(str(p), 2.0) == pytest.approx([0.5, 0.5, 1.0])  # ends from 5.0 on
+
+
+def test_model_point_by_hand():
+    # 2 ranks whose updates take 10 or 30 ms at even odds: mean 20 ms, E[max of 2] = 10/4 + 30 x 3/4 = 25 ms
+    control = [[0.01, 0.03] * 50, [0.01, 0.03] * 50]
+    point = {"nodes": 2, "rate_bps": 1e9, "params": 1000, "exchange": {"frames_per_s": 150.0},
+             "control": {"frames_per_s": 200.0, "s_per_update": 0.02}, "exchange_probe": {"mean_s": 0.001}}
+    box_scaling.model_point(point, {"control": control, "exchange": [[0.028] * 10, [0.028] * 10]}, 2.0, 5)
+    m = point["modelled"]
+    t_ex = 0.001 * (1 + box_scaling.SYNC_COLLECTIVES / 5)  # the gradient's and the sync point's collectives
+    assert m["t_exchange_s"] == pytest.approx(t_ex)
+    assert m["t_expected_max_s"] == pytest.approx(0.025, abs=0.0005)
+    assert m["t_update_s"] == pytest.approx(m["t_expected_max_s"] + t_ex)
+    assert m["efficiency"] == pytest.approx(2 / m["t_update_s"] / (2 / 0.02))
+    assert point["efficiency"] == pytest.approx(0.75)
+    assert point["model_error"] == pytest.approx((m["efficiency"] - 0.75) / 0.75)
+    assert point["update_time_error"] == pytest.approx((m["t_update_s"] - 0.028) / 0.028)
+    assert "straggler" not in point
+    # the straggler: the last rank's control times doubled (nominal); no probe with it slowed: the link model
+    point["straggler_probe"] = {"mean_s": 0.002}
+    box_scaling.model_point(point, {"control": control, "exchange": [[0.028] * 10] * 2,
+                                    "straggler_exchange": [[0.05] * 10] * 2}, 2.0, 5)
+    st = point["straggler"]
+    # rank 1 at 20 or 60 ms: the pairs' maxima 20, 60, 30, 60 at even odds: E = 42.5 ms
+    assert st["modelled_nominal_s"] - st["t_exchange_s"] == pytest.approx(0.0425, abs=0.0007)
+    assert st["t_exchange_s"] == pytest.approx(0.002 * 1.4)
+    assert st["modelled_from_slowed_control_s"] is None and st["error_from_slowed_control"] is None
+    assert st["error_nominal"] == pytest.approx((st["modelled_nominal_s"] - 0.05) / 0.05)
