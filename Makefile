@@ -30,11 +30,13 @@ train: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q tests --ignore=tests/test_box_cluster.py $(PYTEST_ARGS)
 
-# needs root and `ip netns`: the trainer as 4 ranks on 4 namespace nodes (tests/test_box_cluster.py, ~4 min);
-# namespaces and cgroups of a run that died are removed before and after, whatever pytest's status
+# needs root and `ip netns`: the trainer as 8 ranks on 8 namespace nodes (tests/test_box_cluster.py, ~4 min on
+# 2 cores; BOX_NODES=4 for 4); namespaces and cgroups of a run that died are removed before and after, whatever
+# pytest's status
+BOX_NODES ?= 8
 cluster-test: $(STAMP)
 	$(PY) -m benchmarks.box_cluster --remove-stale
-	status=0; $(PY) -m pytest -q -s tests/test_box_cluster.py $(PYTEST_ARGS) || status=$$?; \
+	status=0; BA3C_BOX_NODES=$(BOX_NODES) $(PY) -m pytest -q -s tests/test_box_cluster.py $(PYTEST_ARGS) || status=$$?; \
 	$(PY) -m benchmarks.box_cluster --remove-stale; exit $$status
 
 # the unit tier for the edit loop: the marked slow tiers (setup.cfg) left out
