@@ -1,6 +1,6 @@
 """Emulated weak scaling of the full trainer on the cluster in the box, beside the scaling model.
 
-    sudo python -m benchmarks.box_scaling [--nodes 2,4] [--cpus-per-node 0.5] [--rate-gbit 1] [--seconds 30]
+    sudo python -m benchmarks.box_scaling [--nodes 2,4] [--cpus-per-node 0.5[,...]] [--rate-gbit 1] [--seconds 30]
             [--warmup 15] [--straggler-at 4] [--out DIR] [-- TRAINER FLAGS]
 
 For each node count N (benchmarks/box_cluster.py: N network-namespace nodes, each capped at --cpus-per-node
@@ -197,11 +197,11 @@ def model_point(point: dict[str, Any], intervals: dict[str, list[list[float]]], 
         st[f"error_{key}"] = None if pred is None else sm.relative_error(pred, slow_s)
 
 
-def measure_point(nodes: int, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+def measure_point(nodes: int, cpus: float, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     flags = [*TRAINER, *extra, "--total-frames", "50000000", "--max-minutes", str((args.warmup + args.seconds) / 60)]
-    point: dict[str, Any] = {"nodes": nodes, "cpus_per_node": args.cpus_per_node, "rate_bps": args.rate_gbit * 1e9}
+    point: dict[str, Any] = {"nodes": nodes, "cpus_per_node": cpus, "rate_bps": args.rate_gbit * 1e9}
     slowdown = 2.0
-    with box_cluster.BoxCluster(nodes, args.rate_gbit * 1e9, args.cpus_per_node) as box:
+    with box_cluster.BoxCluster(nodes, args.rate_gbit * 1e9, cpus) as box:
         point["cpu_control"] = None if box.cpu is None else f"cgroup v{box.cpu.version}"
         work = tempfile.mkdtemp(prefix=f"{box.topo.tag}-scaling-")
         try:
@@ -210,7 +210,7 @@ def measure_point(nodes: int, args: argparse.Namespace, extra: list[str]) -> dic
                 print(f"box_scaling: {nodes} nodes, exchange probe ...", flush=True)
                 point["exchange_probe"] = probe_exchange(box, work, "exchange_probe", point["params"])
             if nodes in args.straggler_at and box.cpu is not None:
-                box.set_cpu_share(nodes - 1, args.cpus_per_node / slowdown)  # the last node: half its share
+                box.set_cpu_share(nodes - 1, cpus / slowdown)  # the last node: half its share
                 intervals.update(measure_jobs(box, work, point, nodes, flags, args,
                                               (("straggler_exchange", False), ("straggler_control", True))))
                 if point.get("params"):
@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", default="2,4", help="comma list of emulated node counts")
-    p.add_argument("--cpus-per-node", type=float, default=0.5, help="each node's CPU cap (a cgroup quota)")
+    p.add_argument("--cpus-per-node", default="0.5",
+                   help="each node's CPU cap (a cgroup quota): one number, or a comma list, one per --nodes entry")
     p.add_argument("--rate-gbit", type=float, default=1.0, help="each node's link rate (tc tbf), Gbit/s")
     p.add_argument("--seconds", type=float, default=30.0, help="the measured window")
     p.add_argument("--warmup", type=float, default=15.0, help="training seconds before the window")
@@ -282,7 +283,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma list of node counts at which the last node is also run at half its CPU share ('': none)")
     p.add_argument("--out", default=RESULTS)
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    args.straggler_at = [int(x) for x in args.straggler_at.split(",") if x]
+    try:
+        nodes = [int(x) for x in args.nodes.split(",")]
+        cpus = [float(x) for x in args.cpus_per_node.split(",")]
+        args.straggler_at = [int(x) for x in args.straggler_at.split(",") if x]
+    except ValueError as e:
+        print(f"box_scaling: --nodes, --cpus-per-node and --straggler-at are comma lists of numbers ({e})",
+              file=sys.stderr)
+        return 2
+    if len(cpus) not in (1, len(nodes)) or min(nodes) < 2 or min(cpus) <= 0:
+        print(f"box_scaling: --cpus-per-node needs one value or one per --nodes entry ({len(nodes)}), each > 0, "
+              f"and --nodes at least 2 each (got --nodes {args.nodes} --cpus-per-node {args.cpus_per_node})",
+              file=sys.stderr)
+        return 2
+    cpus = cpus * len(nodes) if len(cpus) == 1 else cpus
     why = box_cluster.preflight()
     if why:
         print(f"box_scaling: {why}", file=sys.stderr)
@@ -296,14 +310,14 @@ def main(argv: list[str] | None = None) -> int:
                         "per-update time of the no-exchange control] + t_allreduce over the emulated link"),
         "config": {k: v for k, v in vars(args).items() if k != "out"}, "trainer": [*TRAINER, *extra], "points": []}
     path = os.path.join(args.out, "box_scaling.json")
-    for n in (int(x) for x in args.nodes.split(",")):
-        data["points"].append(measure_point(n, args, extra))
+    for n, c in zip(nodes, cpus):
+        data["points"].append(measure_point(n, c, args, extra))
         with open(path, "w") as fh:
             json.dump(data, fh, indent=1)
     report(data["points"])
     try:
         plot(data["points"], os.path.join(args.out, "box_scaling.png"),
-             f"Emulated weak scaling, {args.cpus_per_node:g} CPU and {args.rate_gbit:g} Gbit/s per node, "
+             f"Emulated weak scaling, {args.cpus_per_node} CPU and {args.rate_gbit:g} Gbit/s per node, "
              f"{data['machine']['cores']} cores, {data['date']}")
     except ImportError as e:
         print(f"box_scaling: no plot ({e})")
