@@ -11,7 +11,8 @@ slow spells fall on all of them; each cell is the process's CPU time per call ov
 * `fused-only b`: the fused step's compiled call alone on tensors made beforehand (no host work), so
   `train b` minus it is the host's share (the batch into tensors, Python, the read back).
 * `optimizer`: the learner's clipping (global norm) + Adam on gradient-shaped tensors, as the product runs it;
-  `optimizer-xla`: the same compiled by XLA.
+  `optimizer-xla`: the same compiled by XLA; its parts `adam` (the fused Adam alone) and `clip` (the global norm
+  and the rescaling alone); `grads 1`: the loss's forward and backward pass at batch 1 (no optimizer).
 * `shard k`: what one rank of k would run with a sharded optimizer (ZeRO-1): the global norm of its 1/k slice
   of the flat gradient, clipping and one fused Adam on a flat 1/k of the parameters; `flatten`: the gradients
   concatenated into the flat buffer a reduce-scatter takes; `unflatten`: the allgathered flat weights split and
@@ -48,7 +49,8 @@ SHARDS = (2, 4, 8, 16, 32, 64)
 BASELINE = {**{f"train-xla {b}": f"train {b}" for b in (1, 8, 32)},
             **{f"fused-only {b}": f"train {b}" for b in (1, 8, 32)},
             "optimizer-xla": "optimizer", **{f"shard {k}": "optimizer" for k in SHARDS},
-            "flatten": "optimizer", "unflatten": "optimizer",
+            "flatten": "optimizer", "unflatten": "optimizer", "adam": "optimizer", "clip": "optimizer",
+            "grads 1": "train 1",
             "rs+ag": "allreduce", "rs+norm+ag": "allreduce", "scalar": "allreduce"}
 
 
@@ -61,7 +63,7 @@ def probe(rounds: int, cell_s: float, seed: int) -> dict[str, Any]:
     from ba3c.config import LearnConfig
     from ba3c.dist import Dist
     from ba3c.experience import TrainBatch
-    from ba3c.learner import Learner, _packed
+    from ba3c.learner import Learner, _clip, _packed
     from ba3c.model import build_model
 
     rng = np.random.default_rng(seed)
@@ -111,6 +113,9 @@ def probe(rounds: int, cell_s: float, seed: int) -> dict[str, Any]:
             v.assign(tf.reshape(part, v.shape))
         return flat[0]
 
+    adam = tf.function(lambda gs: (base._adam(list(gs)), tf.constant(0.0))[1])
+    clip = tf.function(lambda gs: tf.reshape(_clip(tf, list(gs), cfg.clip_mode, cfg.clip_norm)[0][0], [-1])[0])
+    grads_1 = tf.function(lambda *a: tf.reshape(base._loss_and_grads(*a)[0][0], [-1])[0])
     weights_flat = tf.concat([tf.reshape(v, [-1]) for v in variables], 0)
     call: dict[str, Callable[[], Any]] = {}
     for b in data:
@@ -119,6 +124,9 @@ def probe(rounds: int, cell_s: float, seed: int) -> dict[str, Any]:
         call[f"fused-only {b}"] = lambda b=b: base._fused_for(tensors[b])(*tensors[b]).numpy()
     call["optimizer"] = lambda: float(base._apply(grads))
     call["optimizer-xla"] = lambda: float(opt_xla(grads))
+    call["adam"] = lambda: float(adam(grads))
+    call["clip"] = lambda: float(clip(grads))
+    call["grads 1"] = lambda: float(grads_1(*tensors[1]))
     for k in SHARDS:
         call[f"shard {k}"] = shard_fn(k)
     call["flatten"] = lambda: flatten(grads).numpy()[0]
@@ -221,8 +229,9 @@ def summarise(cells: list[dict[str, Any]]) -> dict[str, Any]:
     for c in cells:
         by.setdefault(c["variant"], {})[c["round"]] = c["cpu_s_per_call"]
     out = {}
-    for key, rs in by.items():
-        row: dict[str, Any] = {"cpu_s_per_call_median": med(list(rs.values())), "rounds": len(rs)}
+    for key, rs in sorted(by.items()):
+        row: dict[str, Any] = {"cpu_s_per_call_median": med(list(rs.values())), "fastest_round_s": min(rs.values()),
+                               "rounds": len(rs)}
         base = BASELINE.get(key)
         if base:
             ratios = [rs[r] / by[base][r] for r in rs if r in by[base]]
@@ -251,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, row in summary.items():
         ratio = (f"{row['ratio_median']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f}) of {row['vs']}"
                  if "vs" in row else "")
-        print(f"{key:<16} {1e3 * row['cpu_s_per_call_median']:>11.2f}  {ratio}")
+        print(f"{key:<16} {1e3 * row['cpu_s_per_call_median']:>11.2f}  {ratio}; fastest round "
+              f"{1e3 * row['fastest_round_s']:.2f}")
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "floor_probe-collectives.json" if args.collectives else "floor_probe.json")
     with open(path, "w") as fh:

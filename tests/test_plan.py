@@ -138,6 +138,8 @@ def test_targets_give_the_time_per_update_they_need():
     assert r32.target == 0.5
     assert r32.needed_step_s == pytest.approx(rows[0].best.minutes * 60 / (0.5 * 32) / r32.best.updates)
     assert next(r for r in rows if r.nodes == 16).needed_step_s is None
+    # with no floor the best it could do: the fewest samples to the score (40,000 x 64) over those at its B
+    assert r32.sample_bound == pytest.approx(40_000 * 64 / (r32.best.updates * r32.best.global_batch))
 
 
 def test_fit_step_time_recovers_a_line_and_weighs_relative_error():
