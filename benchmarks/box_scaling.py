@@ -254,7 +254,7 @@ def plot(points: list[dict[str, Any]], path: str, title: str) -> None:
     ns = [p["nodes"] for p in ok]
     ax.plot(ns, [p["efficiency"] for p in ok], "o-", label="measured (emulated): exchange / no-exchange control")
     ax.plot(ns, [p["modelled"]["efficiency"] for p in ok], "s--",
-            label="modelled: with rank waiting, E[max of N update times] + t_allreduce")
+            label="modelled: with rank waiting, E[max of N control update times] + measured exchange")
     ax.plot(ns, [p["modelled_without_waiting"]["efficiency"] for p in ok], "^:", color="grey",
             label="modelled without waiting: t_c / (t_c + t_allreduce)")
     ax.set_xlabel("emulated nodes (one rank each)")
