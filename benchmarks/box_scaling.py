@@ -1,7 +1,7 @@
 """Emulated weak scaling of the full trainer on the cluster in the box, beside the scaling model.
 
     sudo python -m benchmarks.box_scaling [--nodes 2,4] [--cpus-per-node 0.5[,...]] [--rate-gbit 1] [--seconds 30]
-            [--warmup 15] [--straggler-at 4] [--out DIR] [-- TRAINER FLAGS]
+            [--warmup 15] [--repeats 1] [--straggler-at 4] [--out DIR] [-- TRAINER FLAGS]
 
 For each node count N (benchmarks/box_cluster.py: N network-namespace nodes, each capped at --cpus-per-node
 CPUs with a --rate-gbit link), two jobs of N ranks, one per node, launched with `mpirun --hostfile`:
@@ -10,8 +10,10 @@ CPUs with a --rate-gbit link), two jobs of N ranks, one per node, launched with 
   they lose is the box's, not the exchange's.
 At the node counts in --straggler-at, the same two again with the last node at half its CPU share
 (`straggler_exchange`, `straggler_control`).
-Each trains for --warmup + --seconds (`--max-minutes`); frames/s is taken from progress.csv rows inside the
-last --seconds, and every rank records when each update ends (benchmarks/update_times.py), which gives its
+With --repeats K each runs K times, in the order exchange, control, control, exchange, exchange, ..., and each
+job's repeats are pooled: the box's load changes from minute to minute, and both then see it alike.
+Each trains for --warmup + --seconds (`--max-minutes`); frames/s is taken from progress.csv rows inside the last
+--seconds, and every rank records when each update ends (benchmarks/update_times.py), which gives its
 per-update times over the last --seconds. Efficiency = the exchange run's frames/s over the control's (summed
 over its ranks).
 
@@ -197,6 +199,35 @@ def model_point(point: dict[str, Any], intervals: dict[str, list[list[float]]], 
         st[f"error_{key}"] = None if pred is None else sm.relative_error(pred, slow_s)
 
 
+def pool(point: dict[str, Any], intervals: dict[str, list[list[float]]], name: str, repeats: int) -> None:
+    """Repeats NAME0 .. NAME<k-1> of one job pooled into NAME: frames/s and seconds per update averaged over the
+    repeats, each rank's update times put together (the model then sees the load every repeat saw)."""
+    parts = [point.pop(f"{name}{k}", {"error": "not run"}) for k in range(repeats)]
+    times = [intervals.pop(f"{name}{k}", None) for k in range(repeats)]
+    if any("error" in p for p in parts) or any(t is None for t in times):
+        point[name] = {"error": "; ".join(f"repeat {k}: {p['error']}" for k, p in enumerate(parts) if "error" in p)}
+        return
+    per_rank = [[x for t in times for x in t[i]] for i in range(len(times[0]))]
+    intervals[name] = per_rank
+    point[name] = {"frames_per_s": float(np.mean([p["frames_per_s"] for p in parts])),
+                   "s_per_update": float(np.mean([p["s_per_update"] for p in parts])),
+                   "update_times": [time_summary(t) for t in per_rank], "repeats": parts}
+
+
+def measure_pairs(box: box_cluster.BoxCluster, work: str, point: dict[str, Any], nodes: int, flags: list[str],
+                  args: argparse.Namespace, prefix: str = "") -> dict[str, list[list[float]]]:
+    """The exchange run and the control, --repeats times each in the order exchange, control, control, exchange,
+    exchange, ... (a load that drifts steadily weighs on both alike), each pooled (`pool`) into
+    point[PREFIX + exchange] and point[PREFIX + control]."""
+    pair = (("exchange", False), ("control", True))
+    jobs = tuple((f"{prefix}{name}{k}", control) for k in range(args.repeats)
+                 for name, control in (pair if k % 2 == 0 else pair[::-1]))
+    intervals = measure_jobs(box, work, point, nodes, flags, args, jobs)
+    for name in ("exchange", "control"):
+        pool(point, intervals, prefix + name, args.repeats)
+    return intervals
+
+
 def measure_point(nodes: int, cpus: float, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     flags = [*TRAINER, *extra, "--total-frames", "50000000", "--max-minutes", str((args.warmup + args.seconds) / 60)]
     point: dict[str, Any] = {"nodes": nodes, "cpus_per_node": cpus, "rate_bps": args.rate_gbit * 1e9}
@@ -205,14 +236,13 @@ def measure_point(nodes: int, cpus: float, args: argparse.Namespace, extra: list
         point["cpu_control"] = None if box.cpu is None else f"cgroup v{box.cpu.version}"
         work = tempfile.mkdtemp(prefix=f"{box.topo.tag}-scaling-")
         try:
-            intervals = measure_jobs(box, work, point, nodes, flags, args, (("exchange", False), ("control", True)))
+            intervals = measure_pairs(box, work, point, nodes, flags, args)
             if point.get("params"):
                 print(f"box_scaling: {nodes} nodes, exchange probe ...", flush=True)
                 point["exchange_probe"] = probe_exchange(box, work, "exchange_probe", point["params"])
             if nodes in args.straggler_at and box.cpu is not None:
                 box.set_cpu_share(nodes - 1, cpus / slowdown)  # the last node: half its share
-                intervals.update(measure_jobs(box, work, point, nodes, flags, args,
-                                              (("straggler_exchange", False), ("straggler_control", True))))
+                intervals.update(measure_pairs(box, work, point, nodes, flags, args, "straggler_"))
                 if point.get("params"):
                     point["straggler_probe"] = probe_exchange(box, work, "straggler_probe", point["params"])
         finally:
@@ -279,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate-gbit", type=float, default=1.0, help="each node's link rate (tc tbf), Gbit/s")
     p.add_argument("--seconds", type=float, default=30.0, help="the measured window")
     p.add_argument("--warmup", type=float, default=15.0, help="training seconds before the window")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="exchange run and control alternated this many times per point, pooled")
     p.add_argument("--straggler-at", default="4",
                    help="comma list of node counts at which the last node is also run at half its CPU share ('': none)")
     p.add_argument("--out", default=RESULTS)
@@ -290,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"box_scaling: --nodes, --cpus-per-node and --straggler-at are comma lists of numbers ({e})",
               file=sys.stderr)
+        return 2
+    if args.repeats < 1:
+        print(f"box_scaling: --repeats {args.repeats}: at least 1", file=sys.stderr)
         return 2
     if len(cpus) not in (1, len(nodes)) or min(nodes) < 2 or min(cpus) <= 0:
         print(f"box_scaling: --cpus-per-node needs one value or one per --nodes entry ({len(nodes)}), each > 0, "

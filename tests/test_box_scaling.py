@@ -77,3 +77,17 @@ def test_model_point_by_hand():
     assert st["t_exchange_s"] == pytest.approx(0.002 * 1.4)
     assert st["modelled_from_slowed_control_s"] is None and st["error_from_slowed_control"] is None
     assert st["error_nominal"] == pytest.approx((st["modelled_nominal_s"] - 0.05) / 0.05)
+
+
+def test_pool_averages_rates_and_puts_each_ranks_times_together():
+    point = {"exchange0": {"frames_per_s": 100.0, "s_per_update": 0.02}, "exchange1": {"frames_per_s": 200.0,
+                                                                                       "s_per_update": 0.01}}
+    intervals = {"exchange0": [[0.02, 0.02], [0.03]], "exchange1": [[0.01], [0.01, 0.01]]}
+    box_scaling.pool(point, intervals, "exchange", 2)
+    assert point["exchange"]["frames_per_s"] == pytest.approx(150.0)
+    assert point["exchange"]["s_per_update"] == pytest.approx(0.015)
+    assert intervals == {"exchange": [[0.02, 0.02, 0.01], [0.03, 0.01, 0.01]]}
+    assert [t["updates"] for t in point["exchange"]["update_times"]] == [3, 3] and "exchange0" not in point
+    point = {"control0": {"frames_per_s": 1.0, "s_per_update": 1.0}, "control1": {"error": "exit 1"}}
+    box_scaling.pool(point, {"control0": [[1.0]]}, "control", 2)
+    assert point["control"] == {"error": "repeat 1: exit 1"}
