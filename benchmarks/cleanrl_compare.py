@@ -1,7 +1,8 @@
 """Gorila mode against CleanRL's `dqn_atari`, side by side: agent steps/s and updates/s at the same replay ratio.
 
-    python -m benchmarks.cleanrl_compare --cleanrl PATH [--cleanrl-python PY] [--rounds 2] [--seconds 60]
-        [--warmup 15] [--env breakout] [--out DIR] [-- MORE ba3c.train FLAGS]
+    python -m benchmarks.cleanrl_compare --cleanrl PATH [--cleanrl-python PY] [--cleanrl-threads default,1]
+        [--rounds 2] [--seconds 60] [--warmup 15] [--env breakout] [--variant NAME=FLAGS ...] [--out DIR]
+        [-- MORE ba3c.train FLAGS]
 
 PATH is a CleanRL checkout (the folder holding `cleanrl/dqn_atari.py` and `cleanrl_utils/`; e.g. a clone of
 github.com/vwxyzjn/cleanrl) and PY the Python of an environment with its Atari dependencies (CleanRL pins
@@ -18,9 +19,10 @@ CleanRL plays one emulator and one forward pass per step (its script refuses mor
 emulators and one forward pass per 8 (its defaults); CleanRL uses the MSE loss, ba3c Huber.
 
 The contestants run one at a time, alternated (A, B, C, A, B, C, ...) for --rounds rounds, so a change in
-the machine's load shows in every contestant's numbers. CleanRL runs twice per round: as shipped (torch's
-default threads: one per core) and with OMP_NUM_THREADS=1 (torch's OpenMP threads spin-wait for each
-other, which costs much on a loaded machine); ba3c is compared with the faster of the two in each round.
+the machine's load shows in every contestant's numbers. CleanRL runs as shipped (torch's default threads:
+one per core) and/or with OMP_NUM_THREADS=N (--cleanrl-threads; torch's OpenMP threads spin-wait for each
+other, which costs much on a loaded machine); ba3c is compared with the fastest CleanRL of each round, and
+--variant adds ba3c runs with other flags (a change measured before and after in one invocation).
 
 Measured: CleanRL prints `SPS:` at every multiple of 100 agent steps once it trains; each line is
 timestamped as it arrives and the window is the lines after --warmup seconds of training. ba3c's rate
@@ -185,7 +187,7 @@ def run_ba3c(args: argparse.Namespace, name: str, rnd: int, extra: list[str]) ->
     run_dir = os.path.join(tmp, "run")
     cmd = harness.train_command("--algo", "gorila", "--env", args.env, "--dist", "none", "--run-dir", run_dir,
                                 "--total-frames", str(10**10), "--checkpoint-interval-min", "1000",
-                                "--log-interval-s", "1", "--learning-starts", str(args.learning_starts),
+                                "--learning-starts", str(args.learning_starts),
                                 "--eps-decay-steps", str(args.learning_starts), "--replay-size",
                                 str(args.replay_size), "--seed", str(rnd + 1), *extra)
     st = Stint(name, rnd, command=" ".join(["python", *cmd[1:]]))
@@ -281,13 +283,17 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--startup", type=float, default=600.0, help="cap on launch to first update, seconds")
     p.add_argument("--learning-starts", type=int, default=2000, help="agent steps before the first update (both)")
     p.add_argument("--replay-size", type=int, default=100_000, help="replay transitions (both)")
-    p.add_argument("--no-cleanrl-1thread", action="store_true", help="skip the OMP_NUM_THREADS=1 CleanRL variant")
+    p.add_argument("--cleanrl-threads", default="default,1",
+                   help="CleanRL variants by torch threads: 'default' (as shipped: one per core) and/or numbers "
+                        "(OMP_NUM_THREADS); comma list")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
                    help="also run ba3c with these extra ba3c.train flags (repeatable; before/after comparisons), "
                         "e.g. --variant 'intra1=--intra-op-threads 1'")
     p.add_argument("--out", default=os.path.join(harness.RESULTS, "throughput"))
     p.add_argument("--name", default="cleanrl-compare", help="output file stem")
     args, extra = p.parse_known_args(argv)
+    if not all(t == "default" or t.isdigit() and int(t) > 0 for t in args.cleanrl_threads.split(",") if t):
+        p.error(f"--cleanrl-threads {args.cleanrl_threads}: expected 'default' and/or positive numbers, e.g. default,1")
     for v in args.variant:
         if "=" not in v or not v.partition("=")[0]:
             p.error(f"--variant {v}: expected NAME=FLAGS, e.g. 'intra1=--intra-op-threads 1'")
@@ -304,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parse(argv)
     harness.exit_on_sigterm()
     os.makedirs(args.out, exist_ok=True)
-    contestants: list[tuple[str, int | None | list[str]]] = [("cleanrl", None)]
-    if not args.no_cleanrl_1thread:
-        contestants.append(("cleanrl-omp1", 1))
+    contestants: list[tuple[str, int | None | list[str]]] = [
+        ("cleanrl", None) if t == "default" else (f"cleanrl-omp{int(t)}", int(t))
+        for t in args.cleanrl_threads.split(",") if t]
     contestants.append(("ba3c-gorila", []))
     contestants += [(f"ba3c-{v.partition('=')[0]}", v.partition("=")[2].split()) for v in args.variant]
     stints: list[Stint] = []

@@ -57,9 +57,10 @@ def test_cpu_seconds_of_a_live_process_and_of_none():
 @pytest.mark.parametrize("args, message", [
     (["--cleanrl", "/nonexistent"], "no cleanrl/dqn_atari.py there"),
     (["--cleanrl", str(REPO), "--variant", "noequals"], "expected NAME=FLAGS"),
+    (["--cleanrl", str(REPO), "--cleanrl-threads", "default,0"], "expected 'default' and/or positive numbers"),
 ])
 def test_bad_arguments_one_line_exit_2(tmp_path: Path, args: list[str], message: str):
-    if "--variant" in args:  # a checkout that passes the first check
+    if len(args) > 2:  # a checkout that passes the first check
         (tmp_path / "cleanrl").mkdir()
         (tmp_path / "cleanrl" / "dqn_atari.py").write_text("")
         args = ["--cleanrl", str(tmp_path), *args[2:]]
