@@ -23,6 +23,7 @@ Cleanup: every namespace, process in them, cgroup and the temporary directory ar
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -270,15 +271,8 @@ class BoxCluster:
             raise RuntimeError("no cgroup cpu controller here: no node cgroups")
         with open(os.path.join(self.cpu.group(self.topo.node(node)), "cgroup.procs")) as fh:
             pids = fh.read().split()
-        total = 0
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
-            except (OSError, IndexError, ValueError):
-                pass  # ended meanwhile
-        return total / os.sysconf("SC_CLK_TCK")
+        seconds = [harness.proc_cpu_seconds(int(pid)) for pid in pids]
+        return sum(s for s in seconds if not math.isnan(s))  # nan: ended meanwhile
 
     def set_cpu_share(self, node: int, cpus: float | None) -> None:
         if self.cpu is None:

@@ -51,7 +51,6 @@ from benchmarks import harness
 
 TRAIN_EVERY, BATCH = 4, 32  # CleanRL dqn_atari's train_frequency and batch_size (ba3c's Gorila defaults too)
 SPS_EVERY = 100  # CleanRL prints SPS when global_step % 100 == 0, past learning_starts
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -91,16 +90,6 @@ def window_rate(times: Sequence[float], steps: Sequence[float], warmup_s: float)
         return float("nan"), 0.0, first, last
     span = times[last] - times[first]
     return (steps[last] - steps[first]) / span, span, first, last
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` (all its threads) so far; nan once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime: fields 14 and 15 of stat
-    except (OSError, IndexError, ValueError):
-        return float("nan")
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -150,7 +139,7 @@ def run_cleanrl(args: argparse.Namespace, name: str, rnd: int, threads: int | No
         for line in proc.stdout:
             if line.startswith("SPS:"):
                 times.append(time.time())
-                cpu.append(process_cpu_s(proc.pid))
+                cpu.append(harness.proc_cpu_seconds(proc.pid))
             tail[:] = (tail + [line])[-20:]
 
     reader = threading.Thread(target=read, daemon=True)

@@ -1,6 +1,7 @@
 """What every benchmark shares: the machine, the trainer's CSVs, the steady window, the trainer process.
 
 * `machine()`: one description of the machine a result was measured on.
+* `proc_cpu_seconds(pid)`: user + system CPU seconds a process has used so far.
 * `read_rows(path)`: the rows of a progress.csv or eval.csv the trainer is writing (a half-written
   last line is dropped).
 * `steady_window(rows, warmup_s=..., warmup_frac=...)`: the one definition of the steady state.
@@ -27,6 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -58,6 +61,18 @@ def machine() -> dict[str, Any]:
     """The machine a result was measured on (JSON-ready)."""
     return {"cores": cores(), "cpu": cpu_model(), "host": platform.node(), "python": platform.python_version(),
             "load_avg": list(os.getloadavg())}
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads) so far; nan once it is gone.
+
+    psutil (installed anyway: a runtime dependency of Horovod, in requirements.txt) reads utime + stime
+    from /proc/PID/stat and converts clock ticks to seconds."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return float("nan")
+    return times.user + times.system
 
 
 def now() -> str:

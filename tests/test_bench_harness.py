@@ -1,8 +1,13 @@
-"""benchmarks/harness.py: the steady window, CSV rows, and the trainer runner on a fake trainer (no TF)."""
+"""benchmarks/harness.py: the steady window, CSV rows, a process's CPU seconds, and the trainer runner on a fake
+trainer (no TF)."""
 from __future__ import annotations
 
+import math
+import os
+import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -73,6 +78,18 @@ def test_launch_run_timeout_ends_the_group(tmp_path):
 @pytest.mark.parametrize("key", ["cores", "cpu", "host", "python", "load_avg"])
 def test_machine(key):
     assert harness.machine()[key]
+
+
+def test_proc_cpu_seconds_of_this_process_and_of_a_finished_child():
+    end = time.process_time() + 0.05
+    while time.process_time() < end:  # burn some CPU first
+        pass
+    first = harness.proc_cpu_seconds(os.getpid())
+    assert first > 0 and harness.proc_cpu_seconds(os.getpid()) >= first
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: its pid names no process now
+    assert math.isnan(harness.proc_cpu_seconds(child.pid))
+    assert math.isnan(harness.proc_cpu_seconds(2**22 + 7))  # above the kernel's pid limit
 
 
 def test_save_state_keeps_the_newest_checkpoint_by_update_and_restore_never_overwrites(tmp_path):
