@@ -124,14 +124,14 @@ def measure_jobs(box: box_cluster.BoxCluster, work: str, point: dict[str, Any], 
 
 
 def probe_exchange(box: box_cluster.BoxCluster, work: str, name: str, floats: int, reps: int = 200) -> dict[str, Any]:
-    """The trainer's own gradient exchange alone (studies/shaped_links/exchange_probe.py: `MpiDist.average_flat`
+    """The trainer's own gradient exchange alone (benchmarks/exchange_probe.py: `MpiDist.average_flat`
     of `floats` float32s, each repetition after a barrier, its time the slowest rank's) on `box`'s nodes as they
     are set now: what one exchange costs over these links with these CPU shares, no rank waiting on another's
     compute."""
     out = os.path.join(work, f"{name}.json")
     job = box.start([out, "--floats", str(floats), "--reps", str(reps), "--warmup", "20"],
                     os.path.join(work, f"{name}.log"),
-                    program=[sys.executable, "-m", "studies.shaped_links.exchange_probe"])
+                    program=[sys.executable, "-m", "benchmarks.exchange_probe"])
     rc = job.wait(300)
     if rc != 0 or not os.path.exists(out):
         return {"error": f"exit {rc}: {job.output()[-1500:]}"}

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from benchmarks import netns, scaling_model as sm
+from benchmarks import exchange_probe, netns, scaling_model as sm
 from conftest import ROOT, subprocess_env
-from studies.shaped_links import exchange_probe, shaped_links as sl
+from studies.shaped_links import shaped_links as sl
 
 # ---------------------------------------------------------------- the model (pure arithmetic)
 

@@ -4,7 +4,7 @@
             [--transports default,eager,ring,ring+eager] [--backends mpi,horovod] [--quick] [--out DIR]
 
 Needs root, iproute2 (`ip`, `tc`) and `unshare`. No training: ranks that only exchange the Nature CNN's
-gradient (studies/shaped_links/exchange_probe.py, the trainer's own calls) over Open MPI's TCP
+gradient (benchmarks/exchange_probe.py, the trainer's own calls) over Open MPI's TCP
 transport.
 
 The cluster (benchmarks/netns.py, which builds and removes it). Each rank is a "node": a network
@@ -129,7 +129,7 @@ def mpirun_command(topo: Topology, agent: str, hostfile: str, out: str, s: Setti
     mpirun = ["mpirun", "--hostfile", hostfile, "-np", str(topo.ranks), "--map-by", "node", "--bind-to", "none",
               "--prtemca", "plm_ssh_agent", agent, "--prtemca", "oob_tcp_if_include", subnet,
               "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", subnet,
-              *transport_mca(transport, nbytes), sys.executable, "-m", "studies.shaped_links.exchange_probe", out,
+              *transport_mca(transport, nbytes), sys.executable, "-m", "benchmarks.exchange_probe", out,
               "--backends", ",".join(s.backends),
               "--floats", str(s.floats), "--reps", str(s.reps), "--warmup", str(s.warmup), "--tag", topo.tag]
     # mpirun in the hub namespace, named after it (the nodes' names differ from it and from each other)

@@ -1,6 +1,6 @@
 """The trainer's gradient exchange and nothing else, timed on every rank (run under mpirun).
 
-    mpirun -np R python -m studies.shaped_links.exchange_probe OUT.json [--backends mpi,horovod] [--floats N]
+    mpirun -np R python -m benchmarks.exchange_probe OUT.json [--backends mpi,horovod] [--floats N]
         [--reps 10]
 
 The calls are the trainer's own (ba3c/dist.py), on a message the size of the Nature CNN's gradient:
@@ -11,7 +11,8 @@ Each repetition starts after a barrier; its time is the slowest rank's. Each ran
 CPU seconds and the bytes its network interfaces (from /proc/net/dev, so in a network namespace
 they are that namespace's) sent and received during the timed repetitions, loopback apart, and
 rank 0 and rank 1 time a ping-pong of 8 bytes (the link's one-way latency as MPI sees it).
-Rank 0 writes OUT.json. No training, no simulators.
+Rank 0 writes OUT.json. No training, no simulators. Run by benchmarks/box_scaling.py and by the
+shaped-links study (studies/shaped_links/).
 """
 from __future__ import annotations
 
