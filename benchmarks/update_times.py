@@ -1,6 +1,6 @@
 """The trainer, recording when each of its updates ends: per-update times for benchmarks/box_scaling.py.
 
-    python -m benchmarks.update_times OUT.npy TRAINER ARGS...
+    python -m benchmarks.update_times OUT.npy ARGS...
 
 Runs `ba3c.train` with ARGS and writes OUT.npy: the `time.perf_counter()` at the end of every update of this
 process (after its train step, before the sync point that may follow it), float64 seconds. Differences between
@@ -20,7 +20,7 @@ import numpy as np
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or not argv[0].endswith(".npy"):
-        print("update_times: usage: python -m benchmarks.update_times OUT.npy TRAINER ARGS...", file=sys.stderr)
+        print("update_times: usage: python -m benchmarks.update_times OUT.npy ARGS...", file=sys.stderr)
         return 2
     out, args = argv[0], argv[1:]
     from ba3c import runner, train  # TensorFlow: only once the usage is right
