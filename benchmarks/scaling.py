@@ -177,13 +177,15 @@ def plan(args: argparse.Namespace, ranks: list[int]) -> list[RunSpec]:
     node_only = layouts == ["node"]
     out = []
     for r in ranks:
+        first = len(out)  # this rank count's first run
         for layout in layouts:
             threads = {"core": 1, "fat": max(cores // r, 1), "node": cores}[layout]
             if layout == "fat" and (threads == 1 or (r > 1 and r not in _ints(args.fat_ranks))):
                 continue  # one thread each is the core layout
             out.append(RunSpec(r, threads, layout, "sync"))
         if r in _ints(args.overlap_ranks) and r > 1:
-            out.append(RunSpec(r, cores if node_only else 1, "node" if node_only else "core", "overlap"))
+            overlap = RunSpec(r, cores if node_only else 1, "node" if node_only else "core", "overlap")
+            out.insert(first if args.overlap_first else len(out), overlap)
         if r in _ints(args.control_ranks) and r > 1 and "core" in layouts:
             out.append(RunSpec(r, 1, "independent", "sync"))
     return out
@@ -350,6 +352,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Nam
     p.add_argument("--fat-ranks", default="1,2,4,8", help="rank counts measured in the fat layout")
     p.add_argument("--overlap-ranks", default="2,4,8,16",
                    help="rank counts also measured with --exchange overlap (core layout); '' for none")
+    p.add_argument("--overlap-first", action="store_true",
+                   help="measure overlap before, not after, its rank count's sync runs (alternate to cancel order)")
     p.add_argument("--control-ranks", default="2,16",
                    help="rank counts also run as the no-exchange control: r independent single-rank runs placed "
                         "like the core layout (what the machine itself loses when r cores are busy)")

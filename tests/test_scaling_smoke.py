@@ -59,3 +59,17 @@ def test_scaling_quick(tmp_path):
         assert sync[2]["frames_source"] == "measured" and sync[2]["minutes"] > 0
         assert again["measured"] == sorted(json.loads(src.read_text())["measured"],
                                            key=lambda m: (m["layout"], m["ranks"]))
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_plan_puts_overlap_after_or_before_its_sync_runs(first, monkeypatch):
+    from benchmarks import harness, scaling
+
+    monkeypatch.setattr(harness, "cores", lambda: 4)
+    args = scaling.parse(["--ranks", "1,2", "--layouts", "core,fat", "--overlap-ranks", "2",
+                               "--control-ranks", "2", *(["--overlap-first"] if first else [])])[1]
+    got = [(s.ranks, s.layout, s.exchange) for s in scaling.plan(args, [1, 2])]
+    sync2 = [(2, "core", "sync"), (2, "fat", "sync")]
+    overlap2 = [(2, "core", "overlap")]
+    assert got == [(1, "core", "sync"), (1, "fat", "sync"), *(overlap2 + sync2 if first else sync2 + overlap2),
+                   (2, "independent", "sync")]
