@@ -229,9 +229,9 @@ class GorilaConfig:
                               "checked against the host's memory before anything starts. The count is of frames "
                               "stored, which also holds the 3 frames shown before each episode's first observation.")
     learning_starts: int = _f(80_000, "agent steps each rank plays into its replay before its first update",
-                              doc="CleanRL dqn_atari: 80,000. Played again after every resume: the replay memory is "
-                                  "not saved with the checkpoints (docs/gorila.md), so each rank refills it at the "
-                                  "current epsilon; these agent steps count in --total-frames.")
+                              doc="CleanRL dqn_atari: 80,000. Played again after every resume (at the current "
+                                  "epsilon; they count in --total-frames), less the transitions a rank loads from "
+                                  "the replay memory saved at the end of the previous process (--replay-save end).")
     train_every: int = _f(4, "agent steps per rank per update (CleanRL, Nature DQN: 4)",
                           doc="The replay ratio: --train-batch samples per this many agent steps (32 per 4, 8 per "
                               "step, CleanRL's and Nature DQN's). Kept fixed: the learner waits for the actor, and "
@@ -250,6 +250,12 @@ class GorilaConfig:
     dqn_target: str = _f("max", "the bootstrap: max (DQN) or double (Double DQN, van Hasselt et al. 2016)",
                          doc="max: r + gamma max_a Q_target(s', a); double: r + gamma Q_target(s', argmax_a Q(s', a)).",
                          choices=("max", "double"))
+    replay_save: str = _f("off", "off, or end: save each rank's replay memory when the process ends, for --resume",
+                          doc="end: every rank writes its replay shard to RUN_DIR/replay/rankR after the final "
+                              "checkpoint (7 GB per rank at --replay-size 1000000), whether the run finished or "
+                              "was stopped, and a --resume on the same ranks loads it instead of playing "
+                              "--learning-starts again. A disk without room skips it with a line. Off by default "
+                              "for that disk use (docs/gorila.md: measured costs).", choices=("off", "end"))
 
 
 @dataclass(frozen=True)

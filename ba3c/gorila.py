@@ -18,21 +18,26 @@ Pacing keeps the replay ratio fixed, as single-process DQN does (CleanRL's dqn_a
 32 samples per 4 agent steps): the learner takes its k-th batch of this process once the rank's actor
 has played `learning_starts + k * train_every` agent steps, and the actor waits when it is more than
 `ahead_steps` beyond what the learner has taken, so that acting and learning overlap without the
-ratio drifting. `learning_starts` is played again by every process (a resume refills the replay,
-which is not saved; see docs/gorila.md).
+ratio drifting. `learning_starts` is played again by every process, less the transitions a resume
+loaded from the replay saved at the end of the previous one (`--replay-save end`; see docs/gorila.md).
 
 No TensorFlow at import time: `DQNLoss` and `TargetNetwork` import it when built.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ba3c.evaluation import epsilon_greedy_actions
 from ba3c.experience import Episode
-from ba3c.replay import Replay, ReplaySample
+from ba3c.files import SPACE_ERRNOS, fmt_bytes, free_bytes
+from ba3c.replay import Replay, ReplaySample, replay_bytes
 from ba3c.simulators import Batch
 
 if TYPE_CHECKING:
@@ -250,3 +255,60 @@ def make_actor(cfg: Config, sim: Simulator, clip_rewards: bool, ranks: int, step
                        learning_starts=g.learning_starts, ahead_steps=cfg.run.queue_batches * s.predict_batch,
                        epsilon=(g.eps_start, g.eps_end, g.eps_decay_steps), ranks=ranks, steps_before=steps_before,
                        life_loss_terminal=s.life_loss == "terminal", seed=seed)
+
+
+# ---- the replay memory across a resume (--replay-save end)
+
+def replay_dir(run_dir: str, rank: int) -> str:
+    """Where rank `rank` keeps its saved replay shard: RUN_DIR/replay/rankR."""
+    return os.path.join(run_dir, "replay", f"rank{rank}")
+
+
+def save_replay(replay: Replay, run_dir: str, rank: int, updates: int) -> str:
+    """Write this rank's replay for the next resume; returns the line to print. The new shard is written beside
+    the old one and renamed over it only when complete, so a kill or a full disk part-way leaves the old shard
+    (or none), never a torn one; a failure for want of room removes what it wrote and is reported, not raised."""
+    final = replay_dir(run_dir, rank)
+    tmp = f"{final}.tmp.{os.getpid()}"
+    parent = os.path.dirname(final)
+    need = replay_bytes(replay.num_envs * replay.slots, replay.obs_shape, replay.frames.dtype.itemsize)
+    os.makedirs(parent, exist_ok=True)
+    for stale in os.listdir(parent):  # what an earlier save that was killed left behind
+        if stale.startswith(f"rank{rank}.tmp.") or stale == f"rank{rank}.old":
+            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
+    free = free_bytes(parent)
+    if free is not None and free < need + (1 << 26):
+        return (f"ba3c: gorila: replay memory not saved: it needs {fmt_bytes(need)} and {parent} has "
+                f"{fmt_bytes(free)} free; the next resume refills it")
+    t0 = time.monotonic()
+    try:
+        written = replay.save(tmp, {"updates": updates, "rank": rank})
+        if os.path.exists(final):
+            os.replace(final, f"{final}.old")
+        os.replace(tmp, final)
+        shutil.rmtree(f"{final}.old", ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the old shard back in place, if the swap was cut between renames
+            if not os.path.exists(final) and os.path.exists(f"{final}.old"):
+                os.replace(f"{final}.old", final)
+        if e.errno not in SPACE_ERRNOS:
+            raise
+        return f"ba3c: gorila: replay memory not saved ({e.strerror}: {parent}); the next resume refills it"
+    return (f"ba3c: gorila: replay memory saved: {fmt_bytes(written)} in {time.monotonic() - t0:.0f} s -> "
+            f"{final}")
+
+
+def load_replay(replay: Replay, run_dir: str, rank: int) -> tuple[int, str]:
+    """Fill `replay` from this rank's saved shard, if there is one that fits; returns the transitions loaded
+    (0 if none) and the line to print (empty if nothing was saved)."""
+    path = replay_dir(run_dir, rank)
+    if not os.path.isdir(path):
+        return 0, ""
+    t0 = time.monotonic()
+    try:
+        n = replay.load(path)
+    except (ValueError, OSError) as e:
+        replay.clear()  # nothing of a load cut short may be sampled
+        return 0, f"ba3c: gorila: rank {rank}: the saved replay memory in {path} was not loaded ({e}); refilling it"
+    return n, f"ba3c: gorila: rank {rank}: {n:,} transitions loaded from {path} in {time.monotonic() - t0:.0f} s"

@@ -31,6 +31,8 @@ have arrived) and never reaches frames that the cursor has overwritten.
 """
 from __future__ import annotations
 
+import json
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -38,6 +40,9 @@ import numpy as np
 
 # Per-slot bookkeeping besides the frame: action int32, reward float32, policy version int32, two bool flags
 SLOT_META_BYTES = 4 + 4 + 4 + 1 + 1
+# What `Replay.save` writes, one .npy file each, then replay.json (written last: a directory without it is torn)
+SAVED_ARRAYS = ("frames", "action", "reward", "version", "done", "has_next", "written")
+SAVED_META = "replay.json"
 
 
 def frame_layout(obs_shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
@@ -192,3 +197,64 @@ class Replay:
             i = absn % self.slots
             return ReplaySample(obs, self.action[env, i].copy(), self.reward[env, i].copy(), next_obs,
                                 self.done[env, i].astype(np.float32), self.version[env, i].astype(np.int64))
+
+    # ---- persistence (--replay-save end: ba3c.gorila.save_replay / load_replay)
+    def layout(self) -> dict:
+        """What a saved replay must match to be loaded into this one."""
+        return {"num_envs": self.num_envs, "slots": self.slots, "frame_shape": list(self.frame_shape),
+                "dtype": np.dtype(self.frames.dtype).str, "stack": self.stack, "clip_rewards": self.clip_rewards}
+
+    def clear(self) -> None:
+        """Forget every slot: empty, as new (the frames stay in memory but no sample reaches them)."""
+        with self._lock:
+            self.written[:] = 0
+            self.has_next[:] = False
+            self._open[:] = False
+            self._new_episode[:] = True
+
+    def save(self, directory: str, info: dict | None = None) -> int:
+        """Write every slot into `directory` (created), one fsynced .npy per array, then `replay.json` with the
+        layout and `info`; returns the bytes written. The caller holds the only writer (the actor stopped)."""
+        os.makedirs(directory, exist_ok=True)
+        total = 0
+        with self._lock:
+            for name in SAVED_ARRAYS:
+                total += _write_array(os.path.join(directory, f"{name}.npy"), getattr(self, name))
+        meta = {"layout": self.layout(), "transitions": self.transitions(), **(info or {})}
+        with open(os.path.join(directory, SAVED_META), "w") as fh:
+            json.dump(meta, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return total
+
+    def load(self, directory: str) -> int:
+        """Fill this replay from `save`'s `directory`; returns the transitions it holds. ValueError (saying why)
+        when the directory is torn or its layout differs. Every stream then waits for a new episode: the
+        simulators start new ones on a resume, so no transition joins a saved frame to a new one."""
+        meta_path = os.path.join(directory, SAVED_META)
+        if not os.path.exists(meta_path):
+            raise ValueError(f"{directory} has no {SAVED_META} (a save cut short)")
+        with open(meta_path) as fh:
+            meta = json.load(fh)
+        if meta.get("layout") != self.layout():
+            raise ValueError(f"it was saved with layout {meta.get('layout')}, this run's is {self.layout()}")
+        with self._lock:
+            for name in SAVED_ARRAYS:
+                src = np.load(os.path.join(directory, f"{name}.npy"), mmap_mode="r")  # copied, not loaded twice
+                dst = getattr(self, name)
+                if src.shape != dst.shape or src.dtype != dst.dtype:
+                    raise ValueError(f"{name}.npy holds {src.dtype}{src.shape}, expected {dst.dtype}{dst.shape}")
+                for e in range(dst.shape[0]):  # one stream at a time: a bounded amount of page cache in flight
+                    dst[e] = src[e]
+            self._open[:] = False
+            self._new_episode[:] = True
+        return self.transitions()
+
+
+def _write_array(path: str, a: np.ndarray) -> int:
+    """`a` as an .npy file, fsynced; returns its size. The one place a test injects a write failure."""
+    with open(path, "wb") as fh:
+        np.save(fh, a)
+        fh.flush()
+        os.fsync(fh.fileno())
+        return fh.tell()

@@ -184,12 +184,15 @@ class Trainer:
             steps_before = self.state.frames // self.spec.frames_per_step
             actor = gorila.make_actor(self.cfg, sim, self.spec.kind == "atari", self.dist.size, steps_before,
                                       seed=s.seed * 1_000_003 + rank * 7919 + self.state.updates)
+            if self.state.frames:  # a resume: the replay saved at the end of the last process, if any (--replay-save)
+                self._load_replay(actor)
             self.sim_thread = SimulationThread(sim, predictor, actor, rng, env_seed, r.queue_batches,
                                                policy_version=lambda: learner.updates, choose=actor.choose, feed=actor)
             if self.dist.is_root:
                 g = self.cfg.gorila
-                print(f"ba3c: gorila: an empty replay memory of {g.replay_size:,} transitions per rank; each rank "
-                      f"plays {g.learning_starts:,} agent steps at epsilon {actor.epsilon():.3g} before the first "
+                held = "an empty replay memory" if actor.learning_starts == g.learning_starts else "a replay memory"
+                print(f"ba3c: gorila: {held} of {g.replay_size:,} transitions per rank; each rank plays "
+                      f"{actor.learning_starts:,} agent steps at epsilon {actor.epsilon():.3g} before the first "
                       f"update, then one update per {g.train_every} agent steps", flush=True)
         else:  # actions sampled from the policy into n-step returns, queued as train batches
             exp = Experience(s.num_envs * k, sim.obs_shape, sim.obs_dtype, l.n_step, l.gamma, l.train_batch * k,
@@ -205,6 +208,23 @@ class Trainer:
             self.evaluator = EvalThread(snapshot, self._evaluate, self.report.evaluation)
         every = r.eval_every_frames
         self.next_eval = (self.state.frames // every + 1) * every if every else 0
+
+    def _load_replay(self, actor: gorila.GorilaActor) -> None:
+        """Every rank loads its saved shard; all shorten their warm-up by the fewest transitions any rank loaded
+        (the same on every rank, so that they agree on the run's last update)."""
+        loaded, line = gorila.load_replay(actor.replay, self.run_dir, self.dist.rank)
+        if line:
+            print(line, flush=True)
+        counts = self.dist.gather(loaded)
+        fewest = self.dist.broadcast_obj(min(counts) if counts is not None else None)
+        if fewest:
+            g = self.cfg.gorila
+            actor.learning_starts = max(0, g.learning_starts - fewest)
+            _, warmup_frames = gorila.update_frames(self.cfg, data_ranks(self.cfg, self.dist.size),
+                                                    self.spec.frames_per_step)
+            saved = warmup_frames * (g.learning_starts - actor.learning_starts) // max(1, g.learning_starts)
+            self.total_updates = self.state.updates + max(0, math.ceil(
+                (self.cfg.run.total_frames - self.state.frames - warmup_frames + saved) / self.frames_per_update))
 
     # ---- the loop
     def run(self) -> int:
@@ -417,6 +437,9 @@ class Trainer:
             final_written = self._save_checkpoint(final=True)
             if not final_written:
                 status = EXIT_NO_SPACE  # the disk had no room for it: the run's last line says what to free
+        if self.gorila and self.cfg.gorila.replay_save == "end":  # every rank its shard, after the checkpoint
+            print(gorila.save_replay(self.sim_thread.feed.replay, self.run_dir, self.dist.rank, self.state.updates),
+                  flush=True)
         if self.evaluator is not None:
             # At the end of training the last evaluation is waited for and logged; a stopped run gives it up.
             self.evaluator.finish(wait=status is None)

@@ -2,6 +2,7 @@
 the actor's episode count and the pacing between actor and learner."""
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -202,3 +203,59 @@ def test_learner_state_carries_the_target_network():
     n = len(model.weights)
     for a, b in zip(target.get_weights() + model.get_weights(), arrays[-n:] + arrays[:n]):
         np.testing.assert_array_equal(a, b)
+
+
+def filled_replay(seed: int) -> Replay:
+    replay = Replay(60, 2, (4,), np.float32, clip_rewards=False)
+    rng = np.random.default_rng(seed)
+    for t in range(40):
+        replay.add(np.array([0, 1]), rng.normal(size=(2, 4)).astype(np.float32), rng.normal(size=2).astype(np.float32),
+                   rng.random(2) < 0.1, np.zeros(2, bool), None, rng.integers(0, 2, 2).astype(np.int32), t)
+    return replay
+
+
+def test_replay_saved_at_the_end_is_loaded_on_resume(tmp_path):
+    from ba3c import gorila
+
+    replay = filled_replay(0)
+    line = gorila.save_replay(replay, str(tmp_path), 1, updates=12)
+    assert "replay memory saved" in line and os.listdir(tmp_path / "replay") == ["rank1"]
+    fresh = Replay(60, 2, (4,), np.float32, clip_rewards=False)
+    n, line = gorila.load_replay(fresh, str(tmp_path), 1)
+    assert n == replay.transitions() > 0 and "loaded" in line
+    np.testing.assert_array_equal(fresh.frames, replay.frames)
+    assert gorila.load_replay(fresh, str(tmp_path), 0) == (0, "")  # rank 0 saved nothing: it refills
+    wrong = Replay(80, 2, (4,), np.float32, clip_rewards=False)  # --replay-size changed on resume
+    n, line = gorila.load_replay(wrong, str(tmp_path), 1)
+    assert n == 0 and "not loaded" in line and wrong.transitions() == 0
+
+
+@pytest.mark.parametrize("when", ["write", "free"])
+def test_a_full_disk_keeps_the_old_replay_and_the_run_going(when, tmp_path, monkeypatch):
+    """No room (a write failing with ENOSPC part-way, or too little free space found before): a line, nothing
+    half-written left, and the shard saved before still loads."""
+    import errno
+
+    from ba3c import gorila, replay as replay_mod
+
+    old = filled_replay(0)
+    gorila.save_replay(old, str(tmp_path), 0, updates=5)
+    if when == "write":
+        calls = []
+
+        def failing(path, a):
+            calls.append(path)
+            if len(calls) == 3:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real(path, a)
+
+        real = replay_mod._write_array
+        monkeypatch.setattr(replay_mod, "_write_array", failing)
+    else:
+        monkeypatch.setattr(gorila, "free_bytes", lambda path: 1000)
+    line = gorila.save_replay(filled_replay(1), str(tmp_path), 0, updates=9)
+    assert "replay memory not saved" in line and "refills" in line
+    assert os.listdir(tmp_path / "replay") == ["rank0"]
+    fresh = Replay(60, 2, (4,), np.float32, clip_rewards=False)
+    assert gorila.load_replay(fresh, str(tmp_path), 0)[0] == old.transitions()
+    np.testing.assert_array_equal(fresh.frames, old.frames)

@@ -105,6 +105,22 @@ def test_two_rank_trainer(tmp_path):
 
 
 @pytest.mark.slow
+def test_resume_loads_the_replay_saved_at_the_end(tmp_path):
+    """--replay-save end: the first process saves its replay after its final checkpoint; the resume loads it,
+    skips the warm-up it covers and still plays to --total-frames."""
+    run = tmp_path / "r"
+    common = [*CARTPOLE, "--replay-save", "end", "--run-dir", str(run), "--stats-interval-updates", "10",
+              "--log-interval-s", "0.5"]
+    first = run_train([*common, "--total-frames", "3000"], timeout=300)
+    assert "ba3c: gorila: replay memory saved" in first.stdout
+    assert sorted(os.listdir(run / "replay")) == ["rank0"] and (run / "replay" / "rank0" / "replay.json").exists()
+    second = run_train(["--resume", str(run), "--total-frames", "6000"], timeout=300)
+    assert "transitions loaded from" in second.stdout and "plays 0 agent steps" in second.stdout
+    last = rows(run)[-1]
+    assert 6000 <= int(last["frames"]) <= 6000 + 64  # the warm-up it skipped is played as training instead
+
+
+@pytest.mark.slow
 def test_pong_resume_and_evaluate(tmp_path):
     run = tmp_path / "pong"
     common = ["--algo", "gorila", "--env", "pong", "--num-envs", "4", "--predict-batch", "4", "--replay-size", "2000",

@@ -1,13 +1,15 @@
 """Gorila's replay memory against a slow reference written from the definitions, and against real ALE streams."""
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ba3c.replay import Replay, largest_capacity, replay_bytes
+from ba3c.replay import SAVED_ARRAYS, Replay, largest_capacity, replay_bytes
 
 
 @dataclass
@@ -48,8 +50,8 @@ class FakeEnvs:
     """Environments that stack frames as ALE's AtariVectorEnv does (zeros before an episode's first frame,
     then a shift per step), every frame unique; or unique vector observations (stack 1)."""
 
-    def __init__(self, num_envs: int, stack: int, rng: np.random.Generator) -> None:
-        self.stack, self.rng, self.counter = stack, rng, 0
+    def __init__(self, num_envs: int, stack: int, rng: np.random.Generator, counter: int = 0) -> None:
+        self.stack, self.rng, self.counter = stack, rng, counter
         self.obs = [self._first() for _ in range(num_envs)]
         self.ended = [False] * num_envs
 
@@ -79,10 +81,11 @@ class FakeEnvs:
 
 
 def feed(replay: Replay, num_envs: int, stack: int, batches: int, p_end: float, seed: int,
-         life_loss_terminal: bool = True) -> list[list[Event]]:
-    """Random asynchronous batches (a random subset of environments, in random order) into `replay`."""
+         life_loss_terminal: bool = True, counter: int = 0) -> list[list[Event]]:
+    """Random asynchronous batches (a random subset of environments, in random order) into `replay`; frames
+    numbered from `counter` + 1."""
     rng = np.random.default_rng(seed)
-    envs = FakeEnvs(num_envs, stack, rng)
+    envs = FakeEnvs(num_envs, stack, rng, counter)
     history: list[list[Event]] = [[] for _ in range(num_envs)]
     started = [False] * num_envs
     for version in range(batches):
@@ -138,6 +141,42 @@ def test_matches_reference(num_envs, stack, slots, batches, p_end, clip, life_lo
     assert replay.slots == slots
     history = feed(replay, num_envs, stack, batches, p_end, seed, life_loss_terminal)
     check_against_reference(replay, history, clip, np.random.default_rng(seed + 1))
+
+
+@settings(max_examples=25, deadline=None)
+@given(num_envs=st.integers(1, 3), stack=st.sampled_from([1, 4]), slots=st.integers(6, 30),
+       before=st.integers(0, 80), after=st.integers(0, 80), p_end=st.sampled_from([0.0, 0.1]),
+       seed=st.integers(0, 2**31))
+def test_saved_and_loaded_replay_holds_the_same_transitions(num_envs, stack, slots, before, after, p_end, seed):
+    """--replay-save end: a replay saved, loaded into a new one (a resume) and fed on holds what the definitions
+    say, with the simulators' new episodes after the resume: no transition joins a saved frame to a new one."""
+    dtype = np.float32 if stack == 1 else np.uint8
+    shape = (4,) if stack == 1 else (stack, 3, 3)
+    replay = Replay(slots * num_envs, num_envs, shape, dtype, clip_rewards=True)
+    history = feed(replay, num_envs, stack, before, p_end, seed)
+    loaded = Replay(slots * num_envs, num_envs, shape, dtype, clip_rewards=True)
+    with tempfile.TemporaryDirectory() as d:
+        replay.save(os.path.join(d, "shard"), {"updates": 7})
+        assert loaded.load(os.path.join(d, "shard")) == replay.transitions()
+    for name in SAVED_ARRAYS:
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(replay, name))
+    for h in history:  # the process ended: each environment's last observation is its episode's last
+        if h:
+            h[-1].truncated = True
+    resumed = feed(loaded, num_envs, stack, after, p_end, seed + 1, counter=10**6)
+    check_against_reference(loaded, [h + r for h, r in zip(history, resumed)], True, np.random.default_rng(seed))
+
+
+def test_load_refuses_a_torn_or_different_replay(tmp_path):
+    replay = Replay(40, 2, (4, 3, 3), np.uint8, clip_rewards=True)
+    feed(replay, 2, 4, 30, 0.1, seed=5)
+    replay.save(str(tmp_path / "a"))
+    other = Replay(60, 2, (4, 3, 3), np.uint8, clip_rewards=True)
+    with pytest.raises(ValueError, match="layout"):
+        other.load(str(tmp_path / "a"))
+    os.remove(tmp_path / "a" / "replay.json")  # a save cut short before its last file
+    with pytest.raises(ValueError, match="replay.json"):
+        Replay(40, 2, (4, 3, 3), np.uint8, clip_rewards=True).load(str(tmp_path / "a"))
 
 
 def test_wraps_around_and_never_straddles_the_cursor():
