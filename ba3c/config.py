@@ -116,9 +116,8 @@ class LearnConfig:
                        doc="sync averages the gradients and applies them in the same update. overlap exchanges and "
                            "applies update k in a worker thread while update k+1's gradients are computed, hiding "
                            "the allreduce at the cost of one update of staleness. Measured on 2 ranks x 1 core: "
-                           "BA3C lost (its exchange thread competes for the rank's core); Gorila gained 1.09-1.28x "
-                           "frames/s (its update is most of its work; the target copy waits for the update in "
-                           "flight).",
+                           "BA3C lost (its exchange thread competes for the rank's core). Not with --algo gorila: "
+                           "1.1x the frames/s, but about twice the frames to learn CartPole.",
                        choices=EXCHANGES, experimental=True)
     allreduce: str = _f("grouped", "how a synchronous update's gradients are exchanged: grouped or per-tensor",
                         doc="grouped: one exchange after the last gradient (Horovod's grouped op, mpi4py's flat "
@@ -450,6 +449,8 @@ def validate_gorila(cfg: Config) -> None:
                           f"--num-envs {s.num_envs} simulators; use at least {6 * s.num_envs}")
     not_with = [("--collapse-guard", r.collapse_guard, "off", "the guard watches a policy's entropy, and a Q-network "
                  "has none"),
+                ("--exchange", l.exchange, "sync", "measured: 1.1x the frames/s on 2 ranks, but about twice the "
+                 "frames to learn CartPole (docs/gorila.md)"),
                 ("--rehearse-ranks", r.rehearse_ranks, 1, "a rehearsal of Gorila ranks is not built"),
                 ("--noise-scale-every", l.noise_scale_every, 0, "it measures BA3C's policy-gradient term"),
                 ("--decorrelate-steps", s.decorrelate_steps, 0, "an epsilon of 1 at the start already plays at "

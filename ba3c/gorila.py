@@ -218,9 +218,6 @@ class DQNLoss:
         loss = tf.reduce_mean(huber(td) if self.kind == "huber" else tf.square(td))
         return loss, tf.stack([loss, tf.reduce_mean(q_taken), tf.reduce_mean(tf.abs(td))])
 
-    def reads_weights_after(self, updates: int) -> bool:
-        return updates % self.target.every == 0  # the target copy reads the online weights
-
     def after_update(self, updates: int) -> None:
         self.target.after_update(updates)
 

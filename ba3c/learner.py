@@ -82,8 +82,7 @@ class A2CLoss:
     """BA3C's loss: policy gradient + value_coef x value regression - entropy_coef x entropy, on n-step returns.
 
     The interface every algorithm's loss has: `names` (its three statistics), `inputs(batch)` (the batch's
-    arrays it takes), `__call__(model, *inputs)` (in graph: the loss and its statistics), `reads_weights_after(updates)`
-    (whether `after_update` reads the network, so an overlapped update must land first), `after_update(updates)`
+    arrays it takes), `__call__(model, *inputs)` (in graph: the loss and its statistics), `after_update(updates)`
     and `state_variables()` (what checkpoints carry besides the network and Adam)."""
 
     names = ("policy_loss", "value_loss", "entropy")
@@ -114,10 +113,6 @@ class A2CLoss:
         loss = policy_loss + self.value_coef * value_loss - self.entropy_coef * entropy
         return loss, tf.stack([policy_loss, value_loss, entropy])
 
-    @staticmethod
-    def reads_weights_after(updates: int) -> bool:
-        return False
-
     def after_update(self, updates: int) -> None:
         pass
 
@@ -146,7 +141,6 @@ class Learner:
         self.lr_scale = 1.0  # the collapse guard's cut after a rollback (ba3c.guard)
         self.noise_sub_batch = noise_sub_batch  # --noise-scale-every's small batch (ba3c.config.noise_sub_batch)
         self._pending: Future | None = None
-        self._last_norm = 0.0  # the gradient norm of the last overlapped update flushed
         self._lr_assigned: float | None = None  # the value last assigned to Adam's lr variable (None: unknown)
         self._pool: ThreadPoolExecutor | None = None
         # How gradients are exchanged is decided here, once: inside the compiled step (per gradient,
@@ -259,8 +253,6 @@ class Learner:
         terms = dict(zip(self.loss.names, (float(x) for x in np.asarray(losses))))
         self.updates += 1
         self.lr_step += 1
-        if self._pending is not None and self.loss.reads_weights_after(self.updates):
-            self.flush()  # Gorila's target copy (below) must see this update applied, not still in flight
         self.loss.after_update(self.updates)  # Gorila: the target copy, at the same update on every rank
         return StepStats(terms, float(norm), time.perf_counter() - t0, exchange_s, lag, *noise)
 
@@ -345,11 +337,11 @@ class Learner:
         return out
 
     def flush(self) -> float:
-        """Wait for an update still being exchanged (overlap mode); returns the gradient norm of the last
-        overlapped update (0 before the first)."""
-        if self._pending is not None:
-            self._last_norm, self._pending = self._pending.result(), None
-        return self._last_norm
+        """Wait for an update still being exchanged (overlap mode); returns its gradient norm."""
+        if self._pending is None:
+            return 0.0
+        norm, self._pending = self._pending.result(), None
+        return norm
 
     # ---- state for checkpoints and the start-up broadcast
     def _state_variables(self) -> list:

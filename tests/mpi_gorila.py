@@ -1,23 +1,18 @@
 """Run under `mpirun -np 2`: Gorila's learner on two ranks, each sampling its own replay memory.
 
-    mpirun -np 2 python tests/mpi_gorila.py BACKEND OUT_DIR [EXCHANGE]
+    mpirun -np 2 python tests/mpi_gorila.py BACKEND OUT_DIR
 
 Every rank fills its own replay (different transitions per rank), then makes 6 updates with the DQN loss
 (target copied every 2 updates) through the shared Learner and the chosen exchange, and records after each
 update the checksums of its network and its target network and its own batch. Rank 0 also replays the same
 batches in one process, both ranks' batches concatenated (the mean loss over the union has the average of the
 two ranks' gradients), as the reference the exchanged updates must match.
-
-With EXCHANGE overlap, update k is exchanged and applied while update k+1's gradients are computed, so
-the network is read only at the updates that copy the target (where the learner itself waits for the update
-in flight) and at the end; there is no reference, since the gradients are one update stale.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -26,7 +21,6 @@ UPDATES, TARGET_EVERY, BATCH = 6, 2, 16
 
 def main() -> None:
     backend, out_dir = sys.argv[1], sys.argv[2]
-    exchange = sys.argv[3] if len(sys.argv) > 3 else "sync"
     from ba3c import dist as dist_mod
     from ba3c.config import ALGO_DEFAULTS, Config
     from ba3c.gorila import make_loss
@@ -37,7 +31,7 @@ def main() -> None:
     d = dist_mod.init(backend)
     cfg = Config().replace(algo="gorila", **{**ALGO_DEFAULTS["gorila"], "train_batch": BATCH, "lr": 1e-2,
                                              "target_every": TARGET_EVERY, "replay_size": 400, "num_envs": 2,
-                                             "predict_batch": 2, "exchange": exchange})
+                                             "predict_batch": 2})
 
     def q() -> object:
         return build_model("mlp", (4,), 2, seed=0, head="q")
@@ -57,23 +51,17 @@ def main() -> None:
                    rng.random(2) < 0.05, z, None, rng.integers(0, 2, 2).astype(np.int32), t)
     live = learner(d)
     live.broadcast_from_root()
-    if exchange == "overlap":  # a slow exchange: a target copy that did not wait for the update in flight misses it
-        apply = live._exchange_apply
-        live._exchange_apply = lambda grads: (time.sleep(0.3), apply(grads))[1]
     out: dict = {"rank": d.rank, "network": [], "target": [], "batches": []}
-    for u in range(1, UPDATES + 1):
+    for _ in range(UPDATES):
         b = replay.sample(BATCH, rng)
         live.train(b)
-        if exchange == "sync" or u % TARGET_EVERY == 0:  # overlap: read only where nothing is in flight
-            live.flush()  # (a no-op here unless the target copy left an update in flight)
-            out["network"].append(checksum(live.model.weights))
-            out["target"].append(checksum(live.loss.target.model.weights))
+        out["network"].append(checksum(live.model.weights))
+        out["target"].append(checksum(live.loss.target.model.weights))
         out["batches"].append({k: np.asarray(getattr(b, k)).tolist() for k in
                                ("obs", "actions", "rewards", "next_obs", "dones", "versions")})
-    live.flush()
     out["final_weights"] = [np.asarray(w).tolist() for w in live.model.get_weights()]
     gathered = d.gather(out["batches"])
-    if d.is_root and exchange == "sync":  # the reference: one process, both ranks' batches as one
+    if d.is_root:  # the reference: one process, both ranks' batches as one
         ref = learner(dist_mod.Dist())
         for u in range(UPDATES):
             parts = [gathered[r][u] for r in range(d.size)]
