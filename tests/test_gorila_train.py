@@ -106,6 +106,26 @@ def test_resume_loads_the_replay_saved_at_the_end(tmp_path):
     assert 6000 <= int(last["frames"]) <= 6000 + 64  # the warm-up it skipped is played as training instead
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_two_ranks_save_and_load_their_replay_shards(tmp_path):
+    """--replay-save end on two ranks: each writes its own shard; the resume on two ranks loads both, both skip
+    the warm-up, agree on the last update and end on the same weights."""
+    run = tmp_path / "r2"
+    common = [*CARTPOLE, "--learning-starts", "200", "--replay-save", "end", "--stats-interval-updates", "10",
+              "--log-interval-s", "0.5", "--intra-op-threads", "1"]
+    first = mpirun(2, ["-m", "ba3c.train", *common, "--total-frames", "4000", "--run-dir", str(run)], timeout=300)
+    assert first.stdout.count("ba3c: gorila: replay memory saved") == 2
+    assert sorted(os.listdir(run / "replay")) == ["rank0", "rank1"]
+    second = mpirun(2, ["-m", "ba3c.train", "--resume", str(run), "--total-frames", "8000"], timeout=300)
+    assert second.stdout.count("transitions loaded from") == 2 and "plays 0 agent steps" in second.stdout
+    assert second.stdout.count("ba3c: done") == 1
+    last = rows(run)[-1]
+    assert 8000 <= int(last["frames"]) <= 8000 + 2 * 64
+    sums = ckpt.load_latest(str(run / "checkpoints")).meta["rank_weight_checksums"]
+    assert len(sums) == 2 and sums[0] == sums[1]
+
+
 @pytest.mark.slow
 def test_pong_resume_and_evaluate(tmp_path):
     run = tmp_path / "pong"
