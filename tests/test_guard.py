@@ -242,9 +242,14 @@ def test_guard_rolls_back_a_real_collapse_and_training_goes_on(tmp_path):
     assert any(r["guard"] == "collapsed" for r in rows), "the curve must show where"
     final = ckpt.load_latest(str(run / "checkpoints"))
     assert final.meta["rollbacks"] == len(rollbacks) and final.meta["lr_scale"] == pytest.approx(0.5 ** len(rollbacks))
-    # The guard's promise, judged by its own criterion on the final weights (the last sync point measures them).
-    # Not a score: a live policy that is merely near-deterministic at this lr can score close to a collapsed one.
-    assert rows[-1]["guard"] != "collapsed" and float(rows[-1]["entropy"]) > 1e-3, "the run ended collapsed"
+    # The guard's promise, judged by its own criterion (the entropy on the last batch trained on) at the last sync
+    # point, which measures the final weights: not collapsed there, or collapsed and rolled back there (the final
+    # checkpoint then holds the snapshot; seen once in a loaded CI run). Not a score: a live policy that is merely
+    # near-deterministic at this lr can score close to a collapsed one.
+    if rows[-1]["guard"] == "collapsed":
+        assert int(rollbacks[-1]["updates"]) == 600, "the run ended collapsed and the guard did not roll back"
+    else:
+        assert float(rows[-1]["entropy"]) > 1e-3, "the run ended collapsed"
     assert (run / "learning_curve.png").stat().st_size > 1000
 
 
