@@ -1,14 +1,14 @@
 """What `--replay-save end` costs against the warm-up it replaces, on this machine's disk.
 
-    python -m benchmarks.replay_save [--slots 1000000] [--dir runs/replay-save-bench] [--agent-steps-per-s 90]
+    python -m benchmarks.replay_save [--slots 1000000] [--dir runs/replay-save-bench] [--agent-steps-per-s 1600]
 
 Fills a Gorila replay memory of --slots Pong-shaped transitions (8 streams of 84x84 uint8 frames; random
 frames: the disk sees the same bytes either way), saves it with the trainer's own `ba3c.gorila.save_replay`,
 drops the page cache where it may (root), loads it into a new replay with `load_replay`, and removes it.
 Prints and writes OUT/replay_save.json and OUT/replay_save.png: seconds to save and to load (measured) beside
 the --learning-starts warm-up a resume without it plays (modelled: 80,000 agent steps at --agent-steps-per-s,
-this machine's Gorila rate on Pong; docs/gorila.md). Needs about twice --slots x 7 KB of memory and once on
---dir's disk.
+the warm-up's rate here, where no update runs: ~1,600 on Pong; docs/gorila.md). Needs about twice --slots x
+7 KB of memory and once on --dir's disk.
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slots", type=int, default=1_000_000, help="replay size measured (the trainer's default)")
     p.add_argument("--dir", default=os.path.join(harness.ROOT, "runs", "replay-save-bench"),
                    help="where the shard is written (removed after)")
-    p.add_argument("--agent-steps-per-s", type=float, default=90.0, help="Gorila agent steps/s for the warm-up model")
+    p.add_argument("--agent-steps-per-s", type=float, default=1600.0, help="agent steps/s of the warm-up (no updates)")
     p.add_argument("--out", default=os.path.join(harness.RESULTS, "replay_save"))
     args = p.parse_args(argv)
     if args.slots < 8 * ENVS or args.agent_steps_per_s <= 0:
