@@ -37,7 +37,7 @@ import numpy as np
 from ba3c.evaluation import epsilon_greedy_actions
 from ba3c.experience import Episode
 from ba3c.files import SPACE_ERRNOS, fmt_bytes, free_bytes
-from ba3c.replay import Replay, ReplaySample, replay_bytes
+from ba3c.replay import Replay, ReplaySample
 from ba3c.simulators import Batch
 
 if TYPE_CHECKING:
@@ -268,7 +268,7 @@ def save_replay(replay: Replay, run_dir: str, rank: int, updates: int) -> str:
     final = replay_dir(run_dir, rank)
     tmp = f"{final}.tmp.{os.getpid()}"
     parent = os.path.dirname(final)
-    need = replay_bytes(replay.num_envs * replay.slots, replay.obs_shape, replay.frames.dtype.itemsize)
+    need = replay.saved_bytes()
     os.makedirs(parent, exist_ok=True)
     for stale in os.listdir(parent):  # what an earlier save that was killed left behind
         if stale.startswith(f"rank{rank}.tmp.") or stale == f"rank{rank}.old":

@@ -212,15 +212,27 @@ class Replay:
             self._open[:] = False
             self._new_episode[:] = True
 
+    def filled(self) -> int:
+        """Slots of each stream ever written, the longest stream's (all of them once any stream wrapped): the
+        part `save` writes, since the slots past it were never written."""
+        return int(min(self.slots, int(self.written.max(initial=0))))
+
+    def saved_bytes(self) -> int:
+        """About what `save` writes now (a free-space check before it)."""
+        return replay_bytes(self.num_envs * self.filled(), self.obs_shape, self.frames.dtype.itemsize)
+
     def save(self, directory: str, info: dict | None = None) -> int:
-        """Write every slot into `directory` (created), one fsynced .npy per array, then `replay.json` with the
-        layout and `info`; returns the bytes written. The caller holds the only writer (the actor stopped)."""
+        """Write the slots written so far (`filled`) into `directory` (created), one fsynced .npy per array, then
+        `replay.json` with the layout and `info`; returns the bytes written. The caller holds the only writer
+        (the actor stopped)."""
         os.makedirs(directory, exist_ok=True)
         total = 0
         with self._lock:
+            filled = self.filled()
             for name in SAVED_ARRAYS:
-                total += _write_array(os.path.join(directory, f"{name}.npy"), getattr(self, name))
-        meta = {"layout": self.layout(), "transitions": self.transitions(), **(info or {})}
+                a = getattr(self, name)
+                total += _write_array(os.path.join(directory, f"{name}.npy"), a if name == "written" else a[:, :filled])
+        meta = {"layout": self.layout(), "filled": filled, "transitions": self.transitions(), **(info or {})}
         with open(os.path.join(directory, SAVED_META), "w") as fh:
             json.dump(meta, fh)
             fh.flush()
@@ -238,14 +250,24 @@ class Replay:
             meta = json.load(fh)
         if meta.get("layout") != self.layout():
             raise ValueError(f"it was saved with layout {meta.get('layout')}, this run's is {self.layout()}")
+        filled = int(meta.get("filled", self.slots))  # shards saved before `filled` existed hold every slot
+        if not 0 <= filled <= self.slots:
+            raise ValueError(f"it says {filled} slots were saved, outside 0..{self.slots}")
+        self.clear()
         with self._lock:
             for name in SAVED_ARRAYS:
                 src = np.load(os.path.join(directory, f"{name}.npy"), mmap_mode="r")  # copied, not loaded twice
                 dst = getattr(self, name)
+                if name != "written":
+                    dst = dst[:, :filled]
                 if src.shape != dst.shape or src.dtype != dst.dtype:
                     raise ValueError(f"{name}.npy holds {src.dtype}{src.shape}, expected {dst.dtype}{dst.shape}")
                 for e in range(dst.shape[0]):  # one stream at a time: a bounded amount of page cache in flight
                     dst[e] = src[e]
+            wrote = int(self.written.max(initial=0))
+            if filled < self.slots and wrote > filled:
+                self.written[:] = 0
+                raise ValueError(f"its streams wrote up to {wrote} slots but only {filled} were saved")
             self._open[:] = False
             self._new_episode[:] = True
         return self.transitions()

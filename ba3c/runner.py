@@ -92,9 +92,7 @@ class Trainer:
         self.frames_per_update, warmup_frames = (
             gorila.update_frames(cfg, data_ranks(cfg, dist.size), spec.frames_per_step) if self.gorila
             else (global_batch(cfg, dist.size) * spec.frames_per_step, 0))
-        # Frames so far come from the checkpoint: a resume may change the world size, hence frames per update.
-        self.total_updates = self.state.updates + max(
-            0, math.ceil((cfg.run.total_frames - self.state.frames - warmup_frames) / self.frames_per_update))
+        self.total_updates = self._updates_to_go(warmup_frames)
         self.report = self._open_report(resume, changes) if dist.is_root else None
         self._build_workers()
         self.stats: StepStats | None = None  # the last update's
@@ -220,11 +218,15 @@ class Trainer:
         if fewest:
             g = self.cfg.gorila
             actor.learning_starts = max(0, g.learning_starts - fewest)
-            _, warmup_frames = gorila.update_frames(self.cfg, data_ranks(self.cfg, self.dist.size),
-                                                    self.spec.frames_per_step)
-            saved = warmup_frames * (g.learning_starts - actor.learning_starts) // max(1, g.learning_starts)
-            self.total_updates = self.state.updates + max(0, math.ceil(
-                (self.cfg.run.total_frames - self.state.frames - warmup_frames + saved) / self.frames_per_update))
+            _, full_warmup = gorila.update_frames(self.cfg, data_ranks(self.cfg, self.dist.size),
+                                                  self.spec.frames_per_step)
+            self.total_updates = self._updates_to_go(full_warmup * actor.learning_starts // max(1, g.learning_starts))
+
+    def _updates_to_go(self, warmup_frames: int) -> int:
+        """The run's last update: enough for --total-frames after this process's warm-up (frames so far come
+        from the checkpoint, and a resume may change the world size, hence frames per update)."""
+        left = self.cfg.run.total_frames - self.state.frames - warmup_frames
+        return self.state.updates + max(0, math.ceil(left / self.frames_per_update))
 
     # ---- the loop
     def run(self) -> int:

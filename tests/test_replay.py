@@ -179,6 +179,31 @@ def test_load_refuses_a_torn_or_different_replay(tmp_path):
         Replay(40, 2, (4, 3, 3), np.uint8, clip_rewards=True).load(str(tmp_path / "a"))
 
 
+def test_save_writes_only_the_slots_written_so_far(tmp_path):
+    """A part-filled replay (a run stopped early) saves the written slots, not its whole capacity, and loads
+    back the same; once a stream wraps, every slot is saved. A shard whose cursors run past its saved slots
+    (edited or mixed up) is refused."""
+    replay = Replay(2 * 50, 2, (4, 3, 3), np.uint8, clip_rewards=True)
+    feed(replay, 2, 4, 8, 0.1, seed=3)
+    filled = replay.filled()
+    assert 0 < filled < replay.slots and filled == int(replay.written.max())
+    written = replay.save(str(tmp_path / "part"))
+    assert np.load(tmp_path / "part" / "frames.npy").shape == (2, filled, 3, 3)
+    assert written < replay_bytes(replay.num_envs * replay.slots, (4, 3, 3), 1)
+    loaded = Replay(2 * 50, 2, (4, 3, 3), np.uint8, clip_rewards=True)
+    assert loaded.load(str(tmp_path / "part")) == replay.transitions() > 0
+    for name in SAVED_ARRAYS:
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(replay, name))
+    np.save(tmp_path / "part" / "written.npy", replay.written + filled)
+    with pytest.raises(ValueError, match="only"):
+        loaded.load(str(tmp_path / "part"))
+    assert loaded.transitions() == 0
+    feed(replay, 2, 4, 200, 0.1, seed=4)  # wraps
+    assert replay.filled() == replay.slots
+    replay.save(str(tmp_path / "full"))
+    assert np.load(tmp_path / "full" / "frames.npy").shape == (2, replay.slots, 3, 3)
+
+
 def test_wraps_around_and_never_straddles_the_cursor():
     """A long single stream in a small replay: only the newest frames' transitions, the newest observation
     (whose next one has not arrived) never a start."""
