@@ -111,10 +111,11 @@ class Reporter:
         du, dt = state.updates - self._last_updates, max(now - last_t, 1e-9)
         fps, ups = (state.frames - self._last_frames) / dt, du / dt  # frames: with any FIRE steps after lost lives
         rets = [score for score, _ in self.recent]
-        mean = float(np.mean(rets)) if rets else float("nan")
+        # no episode ended yet in this process (a start, or a resume: the games start again)
+        ret = f"{float(np.mean(rets)):.2f} (last {len(rets)}" if rets else "- (none ended yet"
         eta = (self.total_updates - state.updates) / ups if ups > 0 else float("inf")
         print(f"[{state.updates / self.total_updates:6.1%}] frames {state.frames:,}/{self.run_cfg.total_frames:,} | "
-              f"{fps:,.0f} fps | {ups:.2f} upd/s | return {mean:.2f} (last {len(rets)}; "
+              f"{fps:,.0f} fps | {ups:.2f} upd/s | return {ret}; "
               f"{state.episodes} episodes) | elapsed {fmt_duration(state.elapsed(now))} ETA {fmt_duration(eta)}",
               flush=True)
         row = {"time_s": round(state.elapsed(now), 2), "cpu_s": round(state.cpu_s, 3), "frames": state.frames,
@@ -123,7 +124,7 @@ class Reporter:
                **{f"t_{k}": round(v, 3) for k, v in stage_s.items()}}
         scalars = {"perf/frames_per_s": fps, "perf/updates_per_s": ups, **{f"time/{k}": v for k, v in stage_s.items()}}
         if rets:
-            scalars["charts/episode_return"] = mean
+            scalars["charts/episode_return"] = float(np.mean(rets))
         for name, value in stats.terms.items():
             row[name] = scalars[TERM_TAGS.get(name, f"losses/{name}")] = value
         for column, tag in LOSSES:

@@ -78,3 +78,18 @@ def test_stage_table_columns_line_up_for_any_stage_name():
     put_wait = next(r for r in rows if "queue_put_wait" in r)
     assert put_wait.split()[-2:] == ["3.2", "0.2%"]
     assert timer_table({}, {}, 1.0)[0].startswith("stage (rank 0)")  # no stages: the header alone
+
+
+def test_the_return_reads_none_until_an_episode_ends(run, capsys):
+    """Before any episode of this process ends (a start, or every resume: the games start again) the line says
+    so instead of a mean of nothing; then it gives the mean and how many episodes it covers."""
+    state, reporter = run
+    state.updates, state.frames, state.episodes = 10, 2_560, 331
+    reporter.sync(state, [], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4, state.t_start + 2.0,
+                  force=True)
+    line = capsys.readouterr().out
+    assert "return - (none ended yet; 331 episodes)" in line and "nan" not in line, line
+    state.updates, state.frames, state.episodes = 20, 5_120, 333
+    reporter.sync(state, [(-20.0, 800), (-18.0, 900)], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4,
+                  state.t_start + 4.0, force=True)
+    assert "return -19.00 (last 2; 333 episodes)" in capsys.readouterr().out
