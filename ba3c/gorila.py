@@ -12,7 +12,7 @@ Gorila has four parts; in its bundled mode each machine runs one of each of the 
 * a distributed network: a sharded parameter server that applies the learners' gradients -> the
   synchronous gradient exchange every rank already has (`ba3c.dist`): every rank applies the same
   average, so every actor acts with the same weights. (Gorila's asynchronous parameter server, with
-  stale gradients dropped, is not built.)
+  stale gradients dropped, was measured and not built: studies/gorila_async.)
 
 Pacing keeps the replay ratio fixed, as single-process DQN does (CleanRL's dqn_atari: one update of
 32 samples per 4 agent steps): the learner takes its k-th batch of this process once the rank's actor
