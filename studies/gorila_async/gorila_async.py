@@ -32,7 +32,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -169,6 +169,8 @@ def worker(a: argparse.Namespace) -> None:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     s = Settings()
+    if a.mode == "async" and a.async_lr:  # e.g. half: sync takes one Adam step per gradient of every bundle
+        s = replace(s, lr=a.async_lr)
     bundles = size if a.mode == "sync" else size - 1
     if bundles < 1:
         raise SystemExit("async needs at least 2 ranks (a server and a bundle)")
@@ -330,8 +332,8 @@ def run_one(mode: str, seed: int, slow_ms: float, a: argparse.Namespace, out_dir
     cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", sys.executable, "-m",
            "studies.gorila_async.gorila_async", "--worker", "--mode", mode, "--seed", str(seed), "--seconds",
            str(a.seconds), "--slow-rank", str(a.slow_rank), "--slow-ms", str(slow_ms), "--max-stale",
-           str(a.max_stale), "--snapshot-s", str(a.snapshot_s), "--eval-episodes", str(a.eval_episodes),
-           "--out", out]
+           str(a.max_stale), "--async-lr", str(a.async_lr), "--snapshot-s", str(a.snapshot_s), "--eval-episodes",
+           str(a.eval_episodes), "--out", out]
     env = child_env()
     env["CUDA_VISIBLE_DEVICES"] = ""
     env["OMP_NUM_THREADS"] = "1"
@@ -419,6 +421,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-rank", type=int, default=1, help="the bundle slowed (0-based)")
     p.add_argument("--slow-ms", type=float, default=0.0, help="worker: its sleep after each vector step")
     p.add_argument("--slow-ms-list", default="0,15", help="the slow bundle's sleeps compared, comma-separated")
+    p.add_argument("--async-lr", type=float, default=0.0, help="async: the server's lr (0: the same as sync's)")
     p.add_argument("--max-stale", type=int, default=4, help="async: drop a gradient more updates old than this")
     p.add_argument("--snapshot-s", type=float, default=3.0, help="seconds between weight snapshots")
     p.add_argument("--eval-episodes", type=int, default=10, help="greedy games per snapshot")
