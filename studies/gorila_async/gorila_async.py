@@ -11,8 +11,8 @@ This study measures both on the same parts (ba3c's replay memory, epsilon-greedy
 target network, CartPole) before anything goes into the trainer:
 * `sync`: L bundles; each update every bundle's gradient is summed by `MPI_Allreduce` and every bundle
   applies the same Adam step (ba3c's mode, with mpi4py in place of Horovod).
-* `async`: rank 0 is the parameter server, ranks 1..L bundles. A bundle sends [version, gradient] with a
-  non-blocking send, acts meanwhile, and before its next gradient waits for the server's reply: the
+* `async`: rank 0 is the parameter server, ranks 1..L bundles. A bundle sends [version, gradient], posts a
+  non-blocking receive for the reply, acts meanwhile, and before its next gradient waits for that reply: the
   parameters (and the target network) after the server applied, or dropped, the gradient. The server
   applies each gradient on arrival unless more than --max-stale updates were applied since its version.
   MPI point-to-point operations only (no socket server).
@@ -262,7 +262,9 @@ def worker(a: argparse.Namespace) -> None:
                         stop = True
                         break
                 g = np.concatenate([[np.float32(version)], bundle.gradient()]).astype(np.float32)
-                comm.Send(g, dest=0, tag=GRAD)  # small: returns at once; the reply is what is waited on
+                # blocks until the server takes it (it always has a receive posted, except while it applies
+                # another gradient): a few ms at most; the reply is what the bundle waits for
+                comm.Send(g, dest=0, tag=GRAD)
                 pending = comm.Irecv(reply, source=0, tag=REPLY)
             if stop:
                 break
