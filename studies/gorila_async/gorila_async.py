@@ -190,13 +190,17 @@ def worker(a: argparse.Namespace) -> None:
             snapshots.append((now - t0, [w.numpy().copy() for w in bundle.model.weights]))
             next_snap += a.snapshot_s
 
+    def step() -> None:
+        """One vector step of the bundle's actor, then the slowed bundle's extra delay."""
+        bundle.act()
+        if slow:
+            time.sleep(slow)
+
     if a.mode == "sync":
         applier = Applier(bundle.model, bundle.target.model, s.lr)
         updates, waited = 0, 0.0
         while True:
-            bundle.act()
-            if slow:
-                time.sleep(slow)
+            step()
             stop = False
             while bundle.due():
                 g = np.append(bundle.gradient(), np.float32(time.monotonic() - t0 >= a.seconds))
@@ -246,9 +250,7 @@ def worker(a: argparse.Namespace) -> None:
         reply = np.empty(2 + 2 * bundle.size, np.float32)
         version, pending, waited = 0, None, 0.0
         while True:
-            bundle.act()
-            if slow:
-                time.sleep(slow)
+            step()
             stop = False
             while bundle.due():
                 if pending is not None:  # the server's answer to the last gradient: fresh parameters
