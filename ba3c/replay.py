@@ -240,9 +240,9 @@ class Replay:
         return total
 
     def load(self, directory: str) -> int:
-        """Fill this replay from `save`'s `directory`; returns the transitions it holds. ValueError (saying why)
-        when the directory is torn or its layout differs. Every stream then waits for a new episode: the
-        simulators start new ones on a resume, so no transition joins a saved frame to a new one."""
+        """Fill this replay from `save`'s `directory`; returns the transitions it holds. ValueError (saying why),
+        before anything is copied, when the directory is torn or its layout differs. Every stream then waits for
+        a new episode: the simulators start new ones on a resume, so no transition joins a saved frame to a new one."""
         meta_path = os.path.join(directory, SAVED_META)
         if not os.path.exists(meta_path):
             raise ValueError(f"{directory} has no {SAVED_META} (a save cut short)")
@@ -253,21 +253,22 @@ class Replay:
         filled = int(meta.get("filled", self.slots))  # shards saved before `filled` existed hold every slot
         if not 0 <= filled <= self.slots:
             raise ValueError(f"it says {filled} slots were saved, outside 0..{self.slots}")
+        sources = {}
+        for name in SAVED_ARRAYS:  # every shape checked before anything is copied
+            src = np.load(os.path.join(directory, f"{name}.npy"), mmap_mode="r")  # copied, not loaded twice
+            dst = getattr(self, name) if name == "written" else getattr(self, name)[:, :filled]
+            if src.shape != dst.shape or src.dtype != dst.dtype:
+                raise ValueError(f"{name}.npy holds {src.dtype}{src.shape}, expected {dst.dtype}{dst.shape}")
+            sources[name] = src
+        wrote = int(np.max(sources["written"], initial=0))
+        if filled < self.slots and wrote > filled:
+            raise ValueError(f"its streams wrote up to {wrote} slots but only {filled} were saved")
         self.clear()
         with self._lock:
-            for name in SAVED_ARRAYS:
-                src = np.load(os.path.join(directory, f"{name}.npy"), mmap_mode="r")  # copied, not loaded twice
-                dst = getattr(self, name)
-                if name != "written":
-                    dst = dst[:, :filled]
-                if src.shape != dst.shape or src.dtype != dst.dtype:
-                    raise ValueError(f"{name}.npy holds {src.dtype}{src.shape}, expected {dst.dtype}{dst.shape}")
+            for name, src in sources.items():
+                dst = getattr(self, name) if name == "written" else getattr(self, name)[:, :filled]
                 for e in range(dst.shape[0]):  # one stream at a time: a bounded amount of page cache in flight
                     dst[e] = src[e]
-            wrote = int(self.written.max(initial=0))
-            if filled < self.slots and wrote > filled:
-                self.written[:] = 0
-                raise ValueError(f"its streams wrote up to {wrote} slots but only {filled} were saved")
             self._open[:] = False
             self._new_episode[:] = True
         return self.transitions()

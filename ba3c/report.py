@@ -111,8 +111,9 @@ class Reporter:
         du, dt = state.updates - self._last_updates, max(now - last_t, 1e-9)
         fps, ups = (state.frames - self._last_frames) / dt, du / dt  # frames: with any FIRE steps after lost lives
         rets = [score for score, _ in self.recent]
+        mean = float(np.mean(rets)) if rets else None
         # no episode ended yet in this process (a start, or a resume: the games start again)
-        ret = f"{float(np.mean(rets)):.2f} (last {len(rets)}" if rets else "- (none ended yet"
+        ret = f"{mean:.2f} (last {len(rets)}" if mean is not None else "- (none ended yet"
         eta = (self.total_updates - state.updates) / ups if ups > 0 else float("inf")
         print(f"[{state.updates / self.total_updates:6.1%}] frames {state.frames:,}/{self.run_cfg.total_frames:,} | "
               f"{fps:,.0f} fps | {ups:.2f} upd/s | return {ret}; "
@@ -123,8 +124,8 @@ class Reporter:
                "updates_per_s": round(ups, 3), **self._returns_columns(), "lr": lr,
                **{f"t_{k}": round(v, 3) for k, v in stage_s.items()}}
         scalars = {"perf/frames_per_s": fps, "perf/updates_per_s": ups, **{f"time/{k}": v for k, v in stage_s.items()}}
-        if rets:
-            scalars["charts/episode_return"] = float(np.mean(rets))
+        if mean is not None:
+            scalars["charts/episode_return"] = mean
         for name, value in stats.terms.items():
             row[name] = scalars[TERM_TAGS.get(name, f"losses/{name}")] = value
         for column, tag in LOSSES:

@@ -92,6 +92,7 @@ class Trainer:
         self.frames_per_update, warmup_frames = (
             gorila.update_frames(cfg, data_ranks(cfg, dist.size), spec.frames_per_step) if self.gorila
             else (global_batch(cfg, dist.size) * spec.frames_per_step, 0))
+        self.warmup_frames = warmup_frames  # this process's, before a saved replay shortens it
         self.total_updates = self._updates_to_go(warmup_frames)
         self.report = self._open_report(resume, changes) if dist.is_root else None
         self._build_workers()
@@ -218,9 +219,8 @@ class Trainer:
         if fewest:
             g = self.cfg.gorila
             actor.learning_starts = max(0, g.learning_starts - fewest)
-            _, full_warmup = gorila.update_frames(self.cfg, data_ranks(self.cfg, self.dist.size),
-                                                  self.spec.frames_per_step)
-            self.total_updates = self._updates_to_go(full_warmup * actor.learning_starts // max(1, g.learning_starts))
+            self.total_updates = self._updates_to_go(
+                self.warmup_frames * actor.learning_starts // max(1, g.learning_starts))
 
     def _updates_to_go(self, warmup_frames: int) -> int:
         """The run's last update: enough for --total-frames after this process's warm-up (frames so far come
