@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result.update(checkpoint=os.path.abspath(c.path), run_dir=loaded.run_dir, model=c.meta["model"],
                   frames=c.meta.get("frames"), updates=c.meta.get("updates"),
                   # "seed" and protocol.sticky_actions are the evaluation's own; compare.py gives each run its row
-                  train_seed=cfg.sim.seed, train_sticky_actions=cfg.sim.sticky_actions,
+                  train_seed=cfg.sim.seed, train_sticky_actions=cfg.sim.sticky_actions, algo=cfg.learn.algo,
                   date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                   **training_cost(loaded.run_dir, c.meta))
     print(format_table(result))  # first: a result file the disk has no room for must not lose the scores

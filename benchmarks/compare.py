@@ -77,6 +77,7 @@ class Row:
     train_sticky_actions: float = 0.0  # the evaluated run's --sticky-actions
     sticky_actions: float = 0.0       # the evaluation's repeat-action probability
     fire_after_life_loss: bool = False  # FIRE pressed after a lost life: the run trained with --life-loss terminal
+    algo: str = "ba3c"                # the evaluated run's --algo: ba3c or gorila
 
 
 def load_published(path: str | Path) -> dict[str, dict[str, Published]]:
@@ -133,6 +134,11 @@ def train_sticky_actions(ev: dict[str, Any]) -> float:
     return float(ev.get("train_sticky_actions") or 0.0)
 
 
+def algo(ev: dict[str, Any]) -> str:
+    """The algorithm the evaluated run trained with (records from before the field: ba3c, the only one then)."""
+    return str(ev.get("algo") or "ba3c")
+
+
 def fire_after_life_loss(ev: dict[str, Any]) -> bool:
     """FIRE was pressed for the policy after a lost life: the run trained with --life-loss terminal."""
     return str((ev.get("protocol") or {}).get("fire_after_life_loss", "")).startswith("FIRE")
@@ -140,11 +146,11 @@ def fire_after_life_loss(ev: dict[str, Any]) -> bool:
 
 def select(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One evaluation per (game, policy, sticky actions played, training seed, sticky actions trained with,
-    lost lives terminal or not): most training frames, then newest."""
-    best: dict[tuple[str, str, float, int, float, bool], dict[str, Any]] = {}
+    lost lives terminal or not, algorithm): most training frames, then newest."""
+    best: dict[tuple[str, str, float, int, float, bool, str], dict[str, Any]] = {}
     for ev in evals:
         key = (ev["game"], policy_label(ev), sticky_actions(ev), train_seed(ev), train_sticky_actions(ev),
-               fire_after_life_loss(ev))
+               fire_after_life_loss(ev), algo(ev))
         rank = (ev.get("frames") or 0, ev.get("date") or "")
         if key not in best or rank > (best[key].get("frames") or 0, best[key].get("date") or ""):
             best[key] = ev
@@ -157,7 +163,8 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
         pub = published.get(ev["game"], {})
         proto = ev.get("protocol") or {}
         cap, steps = proto.get("max_episode_frames"), proto.get("max_episode_steps")
-        notes = ["" if cap is None or cap == STANDARD_MAX_EPISODE_FRAMES
+        notes = ["trained by Gorila" if algo(ev) == "gorila" else "",
+                 "" if cap is None or cap == STANDARD_MAX_EPISODE_FRAMES
                  else f"cap {steps:,} agent steps" if steps else f"cap {cap:,} frames",
                  "FIRE after a lost life" if fire_after_life_loss(ev) else "",
                  f"sticky actions {sticky_actions(ev):g}" if sticky_actions(ev) else "",
@@ -170,7 +177,8 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
                         train_wall_s=ev.get("train_wall_s"), core_hours=ev.get("core_hours"),
                         published={s: pub[s].score for s in SOURCES if s in pub}, path=ev["_path"],
                         train_seed=train_seed(ev), train_sticky_actions=train_sticky_actions(ev),
-                        sticky_actions=sticky_actions(ev), fire_after_life_loss=fire_after_life_loss(ev)))
+                        sticky_actions=sticky_actions(ev), fire_after_life_loss=fire_after_life_loss(ev),
+                        algo=algo(ev)))
     return rows
 
 
@@ -222,12 +230,13 @@ def render_table(rows: list[Row]) -> list[str]:
 
 
 def headline_rows(rows: list[Row]) -> list[Row]:
-    """The README's table: per paper game, the paper protocol without sticky actions, of a run with the default
-    seed (0) trained without sticky actions; of a game's runs with and without terminal lost lives, the one with
+    """The README's table: per paper game, the paper protocol without sticky actions, of a BA3C run with the
+    default seed (0) trained without sticky actions; of a game's runs with and without terminal lost lives, the one with
     them (the default for Atari games since 2026-12-02), then the one with more frames."""
     by_game: dict[str, Row] = {}
     for r in rows:
-        if r.policy == "paper" and not r.sticky_actions and not r.train_seed and not r.train_sticky_actions:
+        if (r.policy == "paper" and r.algo == "ba3c" and not r.sticky_actions and not r.train_seed
+                and not r.train_sticky_actions):
             old = by_game.get(r.game)
             if old is None or (r.fire_after_life_loss, r.frames or 0) > (old.fire_after_life_loss, old.frames or 0):
                 by_game[r.game] = r
@@ -385,6 +394,9 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
                      "40,000 agent steps) "
                      "on our environment (ALE, frameskip 4, no sticky actions); they played gym's *-v0 games (sticky "
                      "actions 0.25, frameskip 2-4). Our **greedy** rows are plain argmax, without the anti-stuck rule.")
+    if any(r.algo == "gorila" for r in rows):
+        lines.append("* A row noted \"trained by Gorila\" is our Gorila (distributed DQN, `--algo gorila`), "
+                     "evaluated with DQN's protocol (epsilon-greedy 0.05); the others are our BA3C.")
     if "gorila" in shown:
         lines.append("* Gorila's numbers are from its human-starts evaluation (episodes start from states "
                      "sampled from human play), a harder protocol than our no-op starts.")
@@ -428,7 +440,8 @@ def plot(rows: list[Row], path: str | Path) -> None:
         ax.errorbar([0], [r.mean], yerr=[r.std], color="black", capsize=4)  # only ours has a spread
         ax.set_xticks(range(len(values)), names, rotation=30, ha="right", fontsize=8)
         ax.axhline(0, color="black", linewidth=0.5)
-        ax.set_title(f"{title(r.game)} (ours: {r.policy}, {_frames(r.frames)} frames)", fontsize=9)
+        ours = "ours, Gorila" if r.algo == "gorila" else "ours"
+        ax.set_title(f"{title(r.game)} ({ours}: {r.policy}, {_frames(r.frames)} frames)", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     for ax in list(axes.flat)[len(rows):]:
         ax.axis("off")

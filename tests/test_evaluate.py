@@ -258,6 +258,7 @@ def test_cartpole_train_then_evaluate(tmp_path):
     assert data["scores"] == [float(x) for x in data["lengths_steps"]]  # +1 per step: no reset step is counted
     assert data["score"]["mean"] == pytest.approx(np.mean(data["scores"]))
     assert data["frames"] >= 3000 and data["updates"] > 0 and data["checkpoint"].endswith(".npz")
+    assert data["algo"] == "ba3c"
     assert data["protocol"]["parallel_envs"] == 3 and data["protocol"]["name"] == "paper"
     # the episode cap is gymnasium's own limit
     assert data["protocol"]["anti_stuck"]["action"] == 1 and data["protocol"]["max_episode_steps"] is None
@@ -573,3 +574,31 @@ def test_scores_table_keeps_training_seeds_apart(tmp_path):
         (19.96, "cap 40,000 agent steps"), (12.0, "cap 40,000 agent steps, trained with sticky actions 0.25"),
         (14.2, "cap 40,000 agent steps, training seed 1")]
     assert "trained with `--sticky-actions P`" in cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
+
+
+def test_scores_table_keeps_gorila_apart(tmp_path):
+    """A Gorila run and a BA3C run of the same game, evaluated the same way: two rows, the Gorila one noted; an
+    evaluation from before the algo field is BA3C's. The README's headline holds BA3C runs only."""
+    cmp = load_compare()
+    proto = {"name": "paper", "max_episode_frames": 160_000, "max_episode_steps": 40_000}
+    for name, algo, mean, frames in (("old/eval-paper.json", None, 19.0, 20_000_000),
+                                     ("dqn/eval-paper.json", "gorila", 15.0, 40_000_000),
+                                     ("dqn/eval-egreedy.json", "gorila", 14.0, 40_000_000)):
+        policy = "egreedy" if "egreedy" in name else "paper"
+        extra = {} if algo is None else {"algo": algo}
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(json.dumps(fake_eval("pong", policy, mean, frames, "2026-12-05",
+                                                          protocol=proto if policy == "paper" else
+                                                          {"max_episode_frames": 108_000}, **extra)))
+    pub = cmp.load_published(cmp.DEFAULT_PUBLISHED)
+    rows = cmp.build_rows(cmp.find_evals([tmp_path]), pub)
+    assert sorted((r.algo, r.policy, r.mean) for r in rows) == [
+        ("ba3c", "paper", 19.0), ("gorila", "egreedy 0.05", 14.0), ("gorila", "paper", 15.0)]
+    assert [(r.algo, r.mean) for r in cmp.headline_rows(rows)] == [("ba3c", 19.0)]  # not Gorila's, for all its frames
+    md = cmp.render_markdown(rows, pub, cmp.DEFAULT_PUBLISHED)
+    assert "| Pong | 14.00 ± 1.50 | egreedy 0.05, trained by Gorila |" in md
+    assert "| Pong | 19.00 ± 1.50 | paper, cap 40,000 agent steps |" in md
+    assert "trained by Gorila\" is our Gorila" in md.split("## Notes")[1]
+    paper_rows = "\n".join(cmp.render_paper_rows(rows))
+    assert "| Pong | 15.00 ± 1.50 | trained by Gorila, cap 40,000 agent steps |" not in paper_rows  # the cap is dropped
+    assert "| Pong | 15.00 ± 1.50 | trained by Gorila |" in paper_rows

@@ -153,6 +153,7 @@ def test_pong_resume_and_evaluate(tmp_path):
     assert p.returncode == 0, p.stderr
     result = json.loads(out.read_text())
     assert result["episodes"] == 2 and result["protocol"]["name"] == "egreedy" and result["epsilon"] == 0.05
+    assert result["algo"] == "gorila"  # the scores table gives it a row of its own (benchmarks/compare.py)
 
 
 @pytest.mark.parametrize("args,message", [
