@@ -221,6 +221,8 @@ class Trainer:
             actor.learning_starts = max(0, g.learning_starts - fewest)
             self.total_updates = self._updates_to_go(
                 self.warmup_frames * actor.learning_starts // max(1, g.learning_starts))
+            if self.report is not None:  # its progress line was opened with the full warm-up's last update
+                self.report.total_updates = self.total_updates
 
     def _updates_to_go(self, warmup_frames: int) -> int:
         """The run's last update: enough for --total-frames after this process's warm-up (frames so far come

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -104,6 +105,9 @@ def test_resume_loads_the_replay_saved_at_the_end(tmp_path):
     assert "transitions loaded from" in second.stdout and "plays 0 agent steps" in second.stdout
     last = rows(run)[-1]
     assert 6000 <= int(last["frames"]) <= 6000 + 64  # the warm-up it skipped is played as training instead
+    # the progress line counts to the run's new last update, not to the one a full warm-up would have given
+    shown = [float(m) for m in re.findall(r"^\[\s*([\d.]+)%\]", second.stdout, re.MULTILINE)]
+    assert shown and max(shown) <= 100.0, shown[-5:]
 
 
 @pytest.mark.mpi
