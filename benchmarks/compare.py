@@ -396,7 +396,7 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
                      "actions 0.25, frameskip 2-4). Our **greedy** rows are plain argmax, without the anti-stuck rule.")
     if any(r.algo == "gorila" for r in rows):
         lines.append("* A row noted \"trained by Gorila\" is our Gorila (distributed DQN, `--algo gorila`), "
-                     "evaluated with DQN's protocol (epsilon-greedy 0.05); the others are our BA3C.")
+                     "played with the protocol its row names (DQN's is epsilon-greedy 0.05); the others are our BA3C.")
     if "gorila" in shown:
         lines.append("* Gorila's numbers are from its human-starts evaluation (episodes start from states "
                      "sampled from human play), a harder protocol than our no-op starts.")
