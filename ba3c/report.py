@@ -155,11 +155,14 @@ class Reporter:
         self._entropies, self._grad_max, self._worst, self._noise = [], 0.0, HEALTHY, []
 
     def _returns_columns(self) -> dict[str, Any]:
-        """progress.csv's return columns over the last 100 episodes (empty before the first episode)."""
+        """progress.csv's return columns over the last 100 episodes of this process (empty before its first), and
+        the mean of its last 20 only once 20 have ended: a resume starts counting again, and a score criterion on
+        that column (benchmarks/time_to_score.py) must never judge fewer games."""
         if not self.recent:
             return {"return_mean": "", "return_mean20": "", "return_max": "", "episode_length_mean": ""}
         rets = [score for score, _ in self.recent]
-        return {"return_mean": float(np.mean(rets)), "return_mean20": float(np.mean(rets[-20:])),
+        mean20 = float(np.mean(rets[-20:])) if len(rets) >= 20 else ""
+        return {"return_mean": float(np.mean(rets)), "return_mean20": mean20,
                 "return_max": max(rets), "episode_length_mean": float(np.mean([n for _, n in self.recent]))}
 
     def guard(self, plan: Plan, state: RunState, elapsed_s: float) -> None:

@@ -345,11 +345,14 @@ def plot_curve(run_dir: str) -> str | None:
     frames = [float(r["frames"]) for r in rows]
     hours = [float(r["time_s"]) / 3600 for r in rows]
     ret = [float(r["return_mean"]) for r in rows]
-    r20 = [float(r["return_mean20"]) for r in rows]
+    with_20 = [r for r in rows if r.get("return_mean20")]  # a process's first 19 games have no mean of 20
+    r20 = [float(r["return_mean20"]) for r in with_20]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, x, label in ((axes[0], frames, "emulator frames"), (axes[1], hours, "wall-clock hours")):
+    frames20, hours20 = [float(r["frames"]) for r in with_20], [float(r["time_s"]) / 3600 for r in with_20]
+    for ax, x, x20, label in ((axes[0], frames, frames20, "emulator frames"),
+                              (axes[1], hours, hours20, "wall-clock hours")):
         ax.plot(x, ret, label="mean return, last 100 episodes")
-        ax.plot(x, r20, alpha=0.5, label="mean return, last 20 episodes")
+        ax.plot(x20, r20, alpha=0.5, label="mean return, last 20 episodes")
         ax.set_xlabel(label)
         ax.set_ylabel("episode return (game score)")
         ax.grid(alpha=0.3)

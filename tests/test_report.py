@@ -93,3 +93,19 @@ def test_the_return_reads_none_until_an_episode_ends(run, capsys):
     reporter.sync(state, [(-20.0, 800), (-18.0, 900)], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4,
                   state.t_start + 4.0, force=True)
     assert "return -19.00 (last 2; 333 episodes)" in capsys.readouterr().out
+
+
+def test_mean_of_20_waits_for_20_games_of_this_process(run, tmp_path):
+    """progress.csv's return_mean20 (the train20 criterion of benchmarks/time_to_score.py) is empty until 20
+    episodes of this process have ended: right after a resume, one lucky game must not read as a mean of 20."""
+    state, reporter = run
+    for i, scores in enumerate(([21.0], [20.0] * 18, [-21.0], [0.0] * 5), start=1):
+        state.updates, state.frames = 100 * i, 25_600 * i
+        reporter.sync(state, [(s, 1000) for s in scores], {}, STATS, IntervalStats(100, 1.0, 0.1, None), HEALTHY,
+                      1e-4, state.t_start + 10.0 * i, force=True)
+    with open(tmp_path / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["return_mean20"] for r in rows[:2]] == ["", ""]  # 1, then 19 games
+    assert float(rows[2]["return_mean20"]) == pytest.approx((21 + 18 * 20 - 21) / 20)
+    assert float(rows[3]["return_mean20"]) == pytest.approx((14 * 20 - 21) / 20)  # the last 20 of 25
+    assert float(rows[0]["return_mean"]) == 21.0  # the mean over up to 100 is there from the first game
