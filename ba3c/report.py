@@ -66,10 +66,8 @@ def print_timers(sim_s: dict[str, float], learn_s: dict[str, float], wall: float
 class Reporter:
     """Everything rank 0 says and writes about a run, through one `RunWriter`."""
 
-    def __init__(self, run_dir: str, cfg: Config, meta: dict[str, Any], state: RunState, total_updates: int,
-                 frames_per_update: int, resumed: bool) -> None:
+    def __init__(self, run_dir: str, cfg: Config, meta: dict[str, Any], state: RunState, resumed: bool) -> None:
         self.run_dir, self.run_cfg = run_dir, cfg.run
-        self.total_updates, self.frames_per_update = total_updates, frames_per_update
         self.writer = RunWriter(run_dir, state.updates if resumed else None)
         save_json(cfg, os.path.join(run_dir, "config.json"))
         self.meta = meta
@@ -91,10 +89,11 @@ class Reporter:
         self._noise.append(stats)
 
     def sync(self, state: RunState, episodes: list[tuple[float, int]], stage_s: dict[str, float], stats: StepStats,
-             interval: IntervalStats, verdict: str, lr: float, now: float, force: bool,
+             interval: IntervalStats, verdict: str, lr: float, now: float, *, total_updates: int, force: bool,
              health: Callable[[], FeatureHealth] | None = None) -> None:
         """One sync point: remember the episodes and the interval's statistics; once per --log-interval-s (and
-        whenever `force`) the progress line, a CSV row and TensorBoard scalars."""
+        whenever `force`) the progress line, a CSV row and TensorBoard scalars. `total_updates` is the run's last
+        update, owned by the Trainer (a Gorila resume that loads its replay moves it)."""
         self.recent.extend(episodes)
         self._entropies.append(interval.entropy)
         self._grad_max = max(self._grad_max, interval.grad_norm_max)
@@ -114,8 +113,8 @@ class Reporter:
         mean = float(np.mean(rets)) if rets else None
         # no episode ended yet in this process (a start, or a resume: the games start again)
         ret = f"{mean:.2f} (last {len(rets)}" if mean is not None else "- (none ended yet"
-        eta = (self.total_updates - state.updates) / ups if ups > 0 else float("inf")
-        print(f"[{state.updates / self.total_updates:6.1%}] frames {state.frames:,}/{self.run_cfg.total_frames:,} | "
+        eta = (total_updates - state.updates) / ups if ups > 0 else float("inf")
+        print(f"[{state.updates / total_updates:6.1%}] frames {state.frames:,}/{self.run_cfg.total_frames:,} | "
               f"{fps:,.0f} fps | {ups:.2f} upd/s | return {ret}; "
               f"{state.episodes} episodes) | elapsed {fmt_duration(state.elapsed(now))} ETA {fmt_duration(eta)}",
               flush=True)

@@ -164,7 +164,7 @@ class Trainer:
                 "rehearse_ranks": self.cfg.run.rehearse_ranks,
                 "num_params": int(self.model.count_params()),
                 "resumed_from_update": self.state.updates if resumed else None, "config_changes_on_resume": changes}
-        return Reporter(self.run_dir, self.cfg, meta, self.state, self.total_updates, self.frames_per_update, resumed)
+        return Reporter(self.run_dir, self.cfg, meta, self.state, resumed)
 
     def _build_workers(self) -> None:
         s, l, r = self.cfg.sim, self.cfg.learn, self.cfg.run
@@ -221,8 +221,6 @@ class Trainer:
             actor.learning_starts = max(0, g.learning_starts - fewest)
             self.total_updates = self._updates_to_go(
                 self.warmup_frames * actor.learning_starts // max(1, g.learning_starts))
-            if self.report is not None:  # its progress line was opened with the full warm-up's last update
-                self.report.total_updates = self.total_updates
 
     def _updates_to_go(self, warmup_frames: int) -> int:
         """The run's last update: enough for --total-frames after this process's warm-up (frames so far come
@@ -365,7 +363,7 @@ class Trainer:
         now = time.time()
         self.report.guard(plan, self.state, self.state.elapsed(now))
         self.report.sync(self.state, episodes, {**gathered[0].sim_s, **gathered[0].learn_s}, self.stats, plan.stats,
-                         plan.verdict.state, self.learner.current_lr(), now,
+                         plan.verdict.state, self.learner.current_lr(), now, total_updates=self.total_updates,
                          force=stop or self._last_update() or plan.action not in ("none", "snapshot"),
                          health=self.probe)
         if self.evaluator is not None and self.state.frames >= self.next_eval:

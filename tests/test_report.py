@@ -19,13 +19,16 @@ STATS = StepStats(terms={"policy_loss": 0.0, "value_loss": 0.0, "entropy": 1.0},
                   allreduce_s=0.0, policy_lag=0.0)
 
 
+TOTAL = 4_000  # the run's last update, the ETA's end
+
+
 @pytest.fixture
 def run(tmp_path) -> Iterator[tuple[RunState, Reporter]]:
-    """A fresh run's state and its Reporter (a line every 5 s, 4,000 updates of 256 frames), writing to tmp_path."""
+    """A fresh run's state and its Reporter (a line every 5 s), for a run of 4,000 updates, writing to tmp_path."""
     cfg = dataclasses.replace(Config(), run=RunConfig(total_frames=1_000_000, log_interval_s=5.0))
     state = RunState()
     state.start_clocks()
-    reporter = Reporter(str(tmp_path), cfg, META, state, total_updates=4_000, frames_per_update=256, resumed=False)
+    reporter = Reporter(str(tmp_path), cfg, META, state, resumed=False)
     yield state, reporter
     reporter.writer.close()
 
@@ -39,7 +42,7 @@ def test_the_first_line_leaves_start_up_out_of_fps_and_eta(run, tmp_path, capsys
     def sync(seconds: float, updates: int, frames: int) -> None:
         state.updates, state.frames = updates, frames
         reporter.sync(state, [], {}, STATS, IntervalStats(updates, 1.0, 0.1, None), HEALTHY, 1e-4, t0 + seconds,
-                      force=False)
+                      total_updates=TOTAL, force=False)
 
     sync(30.0, 1, 200_256)  # the first sync point, after start-up: no line yet
     assert "fps" not in capsys.readouterr().out
@@ -58,7 +61,7 @@ def test_a_forced_first_row_is_still_written(run, tmp_path, capsys):
     state, reporter = run
     state.updates, state.frames = 10, 2_560
     reporter.sync(state, [], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4, state.t_start + 2.0,
-                  force=True)
+                  total_updates=TOTAL, force=True)
     assert "1,280 fps" in capsys.readouterr().out
 
 
@@ -86,12 +89,12 @@ def test_the_return_reads_none_until_an_episode_ends(run, capsys):
     state, reporter = run
     state.updates, state.frames, state.episodes = 10, 2_560, 331
     reporter.sync(state, [], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4, state.t_start + 2.0,
-                  force=True)
+                  total_updates=TOTAL, force=True)
     line = capsys.readouterr().out
     assert "return - (none ended yet; 331 episodes)" in line and "nan" not in line, line
     state.updates, state.frames, state.episodes = 20, 5_120, 333
     reporter.sync(state, [(-20.0, 800), (-18.0, 900)], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4,
-                  state.t_start + 4.0, force=True)
+                  state.t_start + 4.0, total_updates=TOTAL, force=True)
     assert "return -19.00 (last 2; 333 episodes)" in capsys.readouterr().out
 
 
@@ -102,7 +105,7 @@ def test_mean_of_20_waits_for_20_games_of_this_process(run, tmp_path):
     for i, scores in enumerate(([21.0], [20.0] * 18, [-21.0], [0.0] * 5), start=1):
         state.updates, state.frames = 100 * i, 25_600 * i
         reporter.sync(state, [(s, 1000) for s in scores], {}, STATS, IntervalStats(100, 1.0, 0.1, None), HEALTHY,
-                      1e-4, state.t_start + 10.0 * i, force=True)
+                      1e-4, state.t_start + 10.0 * i, total_updates=TOTAL, force=True)
     with open(tmp_path / "progress.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["return_mean20"] for r in rows[:2]] == ["", ""]  # 1, then 19 games
