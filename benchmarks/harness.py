@@ -5,6 +5,7 @@
 * `read_rows(path)`: the rows of a progress.csv or eval.csv the trainer is writing (a half-written
   last line is dropped).
 * `steady_window(rows, warmup_s=..., warmup_frac=...)`: the one definition of the steady state.
+* `curve_mean(rows, upto)`: a run's mean-20 training return averaged over its frames (how soon it learned).
 * `launch(job, stop)`: a trainer (or `mpirun` of trainers) as a child process in its own process
   group: launch, poll its progress, send the stop signal when `stop(rows)` says so, stop the
   whole group if it hangs, is interrupted or outstays its time, and collect what it wrote.
@@ -106,6 +107,26 @@ def progress_rows(run_dir: str) -> list[Row]:
 def logged_seconds(rows: Sequence[Row]) -> float:
     """Seconds the trainer has logged since its first progress row (start-up excluded)."""
     return float(rows[-1]["time_s"]) - float(rows[0]["time_s"]) if rows else 0.0
+
+
+def curve_mean(rows: Sequence[Row], upto: int) -> float | None:
+    """The mean-20 return averaged over frames from the first row that has one to `upto` (each row's value
+    weighted by the frames since the row before it): how fast a run learned over the whole stretch, less
+    noisy than the value at one mark. None when the run has no value before `upto` or has not reached it."""
+    if not rows or int(rows[-1]["frames"]) < upto:
+        return None
+    total = weight = 0.0
+    prev: int | None = None
+    for r in rows:
+        f = int(r["frames"])
+        if f > upto:
+            break
+        if r.get("return_mean20"):
+            if prev is not None and f > prev:
+                total += float(r["return_mean20"]) * (f - prev)
+                weight += f - prev
+            prev = f
+    return total / weight if weight else None
 
 
 def _num(row: Row, key: str) -> float:

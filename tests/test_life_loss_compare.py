@@ -64,7 +64,8 @@ def test_life_loss_compare_breakout(tmp_path):
 
 
 def test_marks_and_variant_means():
-    from studies.life_loss_compare.life_loss_compare import RunResult, at_mark, curve_mean, variant_means
+    from benchmarks.harness import curve_mean
+    from studies.life_loss_compare.life_loss_compare import RunResult, at_mark, variant_means
 
     rows = [{"frames": "500", "return_mean20": ""}, {"frames": "900", "return_mean20": "1.5"},
             {"frames": "1100", "return_mean20": "2.5"}, {"frames": "2100", "return_mean20": "4.0"}]

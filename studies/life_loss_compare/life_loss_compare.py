@@ -174,26 +174,6 @@ def at_mark(rows: list[Row], mark: int) -> float | None:
     return float(before[-1]["return_mean20"]) if before else None
 
 
-def curve_mean(rows: list[Row], upto: int) -> float | None:
-    """The mean-20 return averaged over frames from the first row that has one to `upto` (each row's value
-    weighted by the frames since the row before it): how fast a run learned over the whole stretch, less
-    noisy than the value at one mark. None when the run has no value before `upto` or has not reached it."""
-    if not rows or int(rows[-1]["frames"]) < upto:
-        return None
-    total = weight = 0.0
-    prev: int | None = None
-    for r in rows:
-        f = int(r["frames"])
-        if f > upto:
-            break
-        if r.get("return_mean20"):
-            if prev is not None and f > prev:
-                total += float(r["return_mean20"]) * (f - prev)
-                weight += f - prev
-            prev = f
-    return total / weight if weight else None
-
-
 def summarize(args: argparse.Namespace, r: Run, marks: list[int]) -> RunResult | None:
     rows = rows_of(args, r)
     if not rows:
@@ -251,7 +231,7 @@ def analyze(args: argparse.Namespace, runs: list[Run], variants: list[str], seed
         "runs": [asdict(x) for x in results]}
     # the whole curve up to the frames every run has reached, averaged over frames, per run and per variant
     common = min((x.frames for x in results), default=0) if len(results) == len(runs) else 0
-    per_run = {r.name: curve_mean(rows_of(args, r), common) for r in runs} if common else {}
+    per_run = {r.name: harness.curve_mean(rows_of(args, r), common) for r in runs} if common else {}
     out["curve_mean_frames"] = common
     out["curve_mean_per_run"] = per_run
     by_variant: dict[str, float | None] = {}
