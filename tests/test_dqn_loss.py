@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT, subprocess_env
-from studies.dqn_loss.dqn_loss import RunResult, paired, schedule
+from studies.dqn_loss.dqn_loss import RunResult, paired, pairs, schedule
 
 
 def _study(tmp_path, *more: str) -> subprocess.CompletedProcess:
@@ -35,7 +35,7 @@ def test_each_variant_trains_with_its_loss_and_target(tmp_path):
     res = json.loads((tmp_path / "out" / "dqn_loss.json").read_text())
     assert {r["run"] for r in res["runs"]} == {"huber-max-s0", "mse-double-s0"}
     assert all(r["frames"] >= 2000 and r["updates"] > 0 and 0 < r["eval_mean"] <= 500 for r in res["runs"])
-    assert res["paired_against_default"]["mse-double"]["eval_mean"]["seeds"] == 1
+    assert res["paired"]["mse-double vs huber-max"]["eval_mean"]["seeds"] == 1
     assert (tmp_path / "out" / "dqn_loss.png").exists()
 
 
@@ -51,3 +51,9 @@ def test_paired_counts_seeds_higher_and_lower():
             res("base", 2, 5.0), res("new", 2, None), res("new", 3, 99.0)]  # seed 2 incomplete, seed 3 unpaired
     assert paired(runs, "new", "base", "eval_mean") == {"seeds": 2, "higher": 1, "lower": 1,
                                                         "median_difference": 5.0}
+
+
+def test_pairs_compare_with_the_default_and_double_with_max():
+    assert pairs(["huber-max", "mse-max", "huber-double", "mse-double"]) == [
+        ("mse-max", "huber-max"), ("huber-double", "huber-max"), ("mse-double", "huber-max"), ("mse-double", "mse-max")]
+    assert pairs(["mse-max", "mse-double"]) == [("mse-double", "mse-max")]

@@ -110,21 +110,36 @@ def paired(results: list[RunResult], variant: str, base: str, metric: str) -> di
             "median_difference": statistics.median(diffs) if diffs else None}
 
 
+def pairs(variants: list[str]) -> list[tuple[str, str]]:
+    """What is compared seed by seed: every variant against the first (the default), and Double DQN against
+    the DQN target with the same loss."""
+    out = [(v, variants[0]) for v in variants[1:]]
+    return out + [(v, v.replace("-double", "-max")) for v in variants if v.endswith("-double")
+                  and v.replace("-double", "-max") in variants and (v, v.replace("-double", "-max")) not in out]
+
+
 def plot(results: list[RunResult], variants: list[str], path: str) -> None:
+    import numpy as np
+
     plt = harness.pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 5))
     colours = dict(zip(VARIANTS, ("tab:blue", "tab:orange", "tab:green", "tab:red")))
     for v in variants:
-        mine = [x for x in results if x.variant == v]
-        for i, x in enumerate(mine):
-            a.plot([f / 1e3 for f in x.curve_frames], x.curve_return_mean20, color=colours[v], alpha=0.35,
-                   label=v if i == 0 else None)
+        mine = [x for x in results if x.variant == v and x.curve_frames]
+        for x in mine:  # every seed faintly, the median over seeds (on a grid every run covers) boldly
+            a.plot([f / 1e3 for f in x.curve_frames], x.curve_return_mean20, color=colours[v], alpha=0.15, lw=0.8)
+        if mine:
+            lo, hi = max(x.curve_frames[0] for x in mine), min(x.curve_frames[-1] for x in mine)
+            grid = np.linspace(lo, hi, 50)
+            med = np.median([np.interp(grid, x.curve_frames, x.curve_return_mean20) for x in mine], axis=0)
+            a.plot(grid / 1e3, med, color=colours[v], lw=2.5, label=f"{v}: median of {len(mine)} seeds")
         b.scatter([variants.index(v)] * len(mine), [x.eval_mean for x in mine], color=colours[v], alpha=0.6)
-        b.scatter([variants.index(v)], [statistics.median(x.eval_mean for x in mine)], color="black", marker="_",
-                  s=400)
+        if mine:
+            b.scatter([variants.index(v)], [statistics.median(x.eval_mean for x in mine)], color="black",
+                      marker="_", s=400)
     a.set(xlabel="agent steps (thousands)", ylabel="training return, mean of last 20 episodes",
-          title="CartPole, Gorila mode: every seed")
-    b.set(xticks=range(len(variants)), xticklabels=[f"{v}\n(--dqn-loss/--dqn-target)" for v in variants],
+          title="CartPole, Gorila mode (--dqn-loss)-(--dqn-target)")
+    b.set(xticks=range(len(variants)), xticklabels=variants, xlabel="(--dqn-loss)-(--dqn-target)",
           ylabel="greedy evaluation of the final weights (cap 500)", title="per seed (dots), median (bar)")
     for ax in (a, b):
         ax.grid(alpha=0.3)
@@ -145,8 +160,7 @@ def analyze(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
                                                                             x.variant == v and getattr(x, m)
                                                                             is not None]) else None
                                    for m in METRICS} for v in variants},
-        "paired_against_default": {v: {m: paired(results, v, variants[0], m) for m in METRICS}
-                                   for v in variants[1:]},
+        "paired": {f"{a} vs {b}": {m: paired(results, a, b, m) for m in METRICS} for a, b in pairs(variants)},
         "runs": [asdict(x) for x in results]}
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, "dqn_loss")
@@ -157,8 +171,8 @@ def analyze(args: argparse.Namespace, variants: list[str]) -> dict[str, Any]:
         med = out["median_per_variant"][v]
         n = sum(x.variant == v for x in results)
         print(f"{v:<14}{n:>5}" + "".join(f"{'-' if med[m] is None else f'{med[m]:.1f}':>14}" for m in METRICS))
-    for v, by_metric in out["paired_against_default"].items():
-        print(f"{v} against {variants[0]}, seeds higher/lower: " + ", ".join(
+    for pair, by_metric in out["paired"].items():
+        print(f"{pair}, seeds higher/lower: " + ", ".join(
             f"{m} {p['higher']}/{p['lower']} of {p['seeds']}" for m, p in by_metric.items()))
     if results:
         plot(results, variants, stem + ".png")
