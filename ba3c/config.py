@@ -244,13 +244,13 @@ class GorilaConfig:
     eps_decay_steps: int = _f(1_000_000, "agent steps, all ranks together, over which epsilon falls linearly",
                               doc="CleanRL dqn_atari: 10% of its 10 M agent steps (Nature DQN: 1 M frames seen, also "
                                   "agent steps). The schedule follows the run's agent steps across resumes.")
-    dqn_loss: str = _f("auto", "TD loss: auto (huber for Atari games, mse otherwise), huber or mse",
-                       doc="huber: Nature DQN's clipped error, which Gorila's Atari runs here trained with (not "
-                           "measured against mse on Atari). mse: CleanRL dqn_atari's; on CartPole it learned sooner "
-                           "than huber in 15 of 20 seeds (studies/dqn_loss: the mean-20 return over 50,000 agent "
-                           "steps, median 219 against 177). A likely reason, not tested: there Q reaches ~60 and "
-                           "rewards are unclipped, so a lost game's TD error is far past the Huber loss's bound of 1.",
-                       choices=("auto", "huber", "mse"))
+    dqn_loss: str = _f("mse", "TD loss: mse (CleanRL dqn_atari) or huber (Nature DQN's clipped error)",
+                       doc="mse learned CartPole sooner than huber in 15 of 20 seeds (studies/dqn_loss), and with "
+                           "huber Gorila's Breakout run here diverged: from ~6 M frames the Q-values of rare "
+                           "states (the ball above the bricks) grew past 100, the most any state can be worth with "
+                           "rewards clipped to 1, up to ~16,000, and the training return fell from 93 to 23 by 8 M "
+                           "frames (docs/gorila.md). The Pong run here trained with huber.",
+                       choices=("huber", "mse"))
     dqn_target: str = _f("max", "the bootstrap: max (DQN) or double (Double DQN, van Hasselt et al. 2016)",
                          doc="max: r + gamma max_a Q_target(s', a); double: r + gamma Q_target(s', argmax_a Q(s', a)). "
                              "Off by default: on CartPole it learned no sooner and ended lower (studies/dqn_loss, 10 "
@@ -290,10 +290,9 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 
 # Shared options whose good value depends on the algorithm: the defaults --algo chooses, under --config, --preset
 # and flags (ba3c.train.resolve); config.json records the values resolved. Gorila's (docs/gorila.md): CleanRL
-# dqn_atari's Adam (lr 1e-4, epsilon 1e-8, PyTorch's default), batch 32 and no gradient clipping (as CleanRL; on
-# Atari the Huber loss bounds each sample's gradient); the lr not scaled with the ranks (none measured); 8
-# synchronous simulators per rank (CleanRL plays 1); no collapse guard (it watches a policy's entropy); DQN's
-# evaluation (epsilon 0.05).
+# dqn_atari's Adam (lr 1e-4, epsilon 1e-8, PyTorch's default), batch 32 and no gradient clipping (as CleanRL);
+# the lr not scaled with the ranks (none measured); 8 synchronous simulators per rank (CleanRL plays 1); no
+# collapse guard (it watches a policy's entropy); DQN's evaluation (epsilon 0.05).
 ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     "ba3c": {},
     "gorila": dict(lr=1e-4, adam_eps=1e-8, train_batch=32, clip_norm=0.0, lr_scaling="none", num_envs=8,
@@ -646,15 +645,11 @@ def unknown_options(data: Any) -> list[str]:
     return out
 
 
-def resolve_for_env(cfg: Config, atari: bool) -> Config:
-    """The options whose `auto` depends on the environment made explicit: `--life-loss` (terminal for an Atari
-    game, else ignore) and `--dqn-loss` (huber for an Atari game, else mse)."""
-    auto: dict[str, Any] = {}
-    if cfg.sim.life_loss == "auto":
-        auto["life_loss"] = "terminal" if atari else "ignore"
-    if cfg.gorila.dqn_loss == "auto":
-        auto["dqn_loss"] = "huber" if atari else "mse"
-    return cfg.replace(**auto) if auto else cfg
+def resolve_life_loss(cfg: Config, atari: bool) -> Config:
+    """`--life-loss auto` made explicit for the environment: terminal for an Atari game, else ignore."""
+    if cfg.sim.life_loss != "auto":
+        return cfg
+    return cfg.replace(life_loss="terminal" if atari else "ignore")
 
 
 def saved_config(data: dict[str, Any], source: str = "saved config", remedy: str = "") -> Config:

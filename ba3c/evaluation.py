@@ -443,7 +443,7 @@ def protocol_line(p: dict[str, Any]) -> str:
 def checkpoint_config(c: Checkpoint) -> tuple[EnvSpec, Config]:
     """The game and the config a checkpoint was trained with (no TensorFlow: callers check this first).
     A config this version cannot read (options it does not know, values it rejects) is an EvalError."""
-    from ba3c.config import ConfigError, resolve_for_env
+    from ba3c.config import ConfigError, resolve_life_loss
     from ba3c.rundir import made_by
     from ba3c.simulators import UnknownEnvError, resolve_env
 
@@ -457,7 +457,7 @@ def checkpoint_config(c: Checkpoint) -> tuple[EnvSpec, Config]:
         cfg = saved_config(meta["config"], f"the config saved in checkpoint '{c.path}'",
                            f"evaluate it with the ba3c that trained it ({made_by(run_dir)})")
         spec = resolve_env(cfg.sim.env)
-        return spec, resolve_for_env(cfg, spec.kind == "atari")  # runs save it resolved; this is a fallback
+        return spec, resolve_life_loss(cfg, spec.kind == "atari")  # runs save it resolved; this is a fallback
     except (ConfigError, UnknownEnvError) as e:
         raise EvalError(str(e)) from None
 

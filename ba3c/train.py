@@ -19,7 +19,7 @@ from ba3c.config import (
     load_json,
     removed_behaviours,
     removed_message,
-    resolve_for_env,
+    resolve_life_loss,
     saved_config,
     sticky_actions_problem,
 )
@@ -123,7 +123,7 @@ def check_args(argv: Sequence[str] | None) -> Checked:
 
     cfg, resume = resolve(argv)
     spec = resolve_env(cfg.sim.env)
-    cfg = resolve_for_env(cfg, spec.kind == "atari")  # config.json records what the run does
+    cfg = resolve_life_loss(cfg, spec.kind == "atari")  # config.json records what the run does
     if cfg.sim.life_loss != "ignore" and spec.kind != "atari":
         raise ConfigError(f"--life-loss {cfg.sim.life_loss}: {cfg.sim.env} has no lives (only Atari games do); "
                           f"use --life-loss ignore")

@@ -202,7 +202,10 @@ KEPT_PROGRESS_COLUMNS = ("time_s", "cpu_s", "frames", "updates", "episodes", "re
                          "frames_per_s", "policy_loss", "value_loss", "entropy", "grad_norm", "lr", "guard",
                          "rollbacks",
                          # feature health (ba3c.model.HealthProbe): a trunk whose units die shows here
-                         "units_active", "feature_std", "logit_std", "value_std")
+                         "units_active", "feature_std", "logit_std", "value_std",
+                         # Gorila's learner (empty for BA3C): Q-values running past what a state can be worth
+                         # show here (docs/gorila.md: the Breakout run with the Huber loss)
+                         "td_loss", "q_mean", "td_abs_mean", "epsilon")
 
 
 def keep_progress(src: str, dst: str) -> None:

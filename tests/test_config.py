@@ -156,26 +156,14 @@ def test_config_parser_accepts_only_valid(values):
 
 
 def test_life_loss_auto_is_terminal_for_atari_only():
-    from ba3c.config import resolve_for_env
+    from ba3c.config import resolve_life_loss
 
     cfg = Config()
     assert cfg.sim.life_loss == "auto"
-    assert resolve_for_env(cfg, atari=True).sim.life_loss == "terminal"
-    assert resolve_for_env(cfg, atari=False).sim.life_loss == "ignore"
+    assert resolve_life_loss(cfg, atari=True).sim.life_loss == "terminal"
+    assert resolve_life_loss(cfg, atari=False).sim.life_loss == "ignore"
     for explicit in ("ignore", "terminal"):  # asked for: kept (a non-Atari `terminal` is refused by ba3c.train)
-        assert resolve_for_env(cfg.replace(life_loss=explicit), atari=True).sim.life_loss == explicit
-
-
-def test_dqn_loss_auto_is_huber_for_atari_and_mse_otherwise():
-    from ba3c.config import resolve_for_env
-
-    cfg = Config()
-    assert cfg.gorila.dqn_loss == "auto"
-    assert resolve_for_env(cfg, atari=True).gorila.dqn_loss == "huber"
-    assert resolve_for_env(cfg, atari=False).gorila.dqn_loss == "mse"
-    for explicit in ("huber", "mse"):  # asked for: kept whatever the environment
-        for atari in (True, False):
-            assert resolve_for_env(cfg.replace(dqn_loss=explicit), atari=atari).gorila.dqn_loss == explicit
+        assert resolve_life_loss(cfg.replace(life_loss=explicit), atari=True).sim.life_loss == explicit
 
 
 def test_configs_saved_before_an_option_keep_what_they_ran_with(tmp_path):

@@ -184,13 +184,13 @@ def test_actor_waits_when_ahead_of_the_learner():
 
 def test_learner_state_carries_the_target_network():
     """Checkpoints and the start-up broadcast: network, Adam, then the target network, restored all together."""
-    from ba3c.config import ALGO_DEFAULTS, Config, resolve_for_env
+    from ba3c.config import ALGO_DEFAULTS, Config
     from ba3c.dist import Dist
     from ba3c.gorila import make_loss
     from ba3c.learner import Learner
     from ba3c.model import build_model
 
-    cfg = resolve_for_env(Config().replace(algo="gorila", **ALGO_DEFAULTS["gorila"]), atari=False)
+    cfg = Config().replace(algo="gorila", **ALGO_DEFAULTS["gorila"])
     q = lambda: build_model("mlp", (4,), 2, seed=0, head="q")  # noqa: E731
     model = q()
     learner = Learner(model, cfg.learn, Dist(), 1e-3, 0, loss=make_loss(cfg, model, q))

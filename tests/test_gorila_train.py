@@ -46,7 +46,7 @@ def test_cartpole_learns(tmp_path):
     # the flags' lr over Gorila's default, its other defaults resolved and recorded
     assert cfg["learn"]["algo"] == "gorila" and cfg["learn"]["lr"] == 1e-3 and cfg["learn"]["adam_eps"] == 1e-8
     assert cfg["run"]["collapse_guard"] == "off" and cfg["gorila"]["replay_size"] == 20000
-    assert cfg["gorila"]["dqn_loss"] == "mse"  # auto, for an environment that is not an Atari game
+    assert cfg["gorila"]["dqn_loss"] == "mse"  # the default, recorded
     # frames are agent steps played: the warm-up and 4 per update, as counted when each batch was taken
     last = r[-1]
     assert 25000 <= int(last["frames"]) <= 25000 + 64 and int(last["updates"]) == (25000 - 1000) // 4
