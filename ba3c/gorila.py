@@ -183,10 +183,11 @@ class DQNLoss:
 
     y = r + gamma (1 - done) Q_target(s', a'), a' = argmax_a Q_target(s', a) (DQN) or argmax_a Q(s', a)
     (Double DQN, van Hasselt et al. 2016); the loss is the batch mean of huber(y - Q(s, a)) (Nature DQN) or
-    of (y - Q(s, a))^2 (CleanRL's F.mse_loss). y carries no gradient. Statistics: the loss, the mean Q(s, a)
-    and the mean |y - Q(s, a)|."""
+    of (y - Q(s, a))^2 (CleanRL's F.mse_loss). y carries no gradient. Statistics: the loss, the mean Q(s, a),
+    the mean |y - Q(s, a)| and the largest |Q(s, a)| over the batch's states and all actions (a few diverging
+    states show there long before they move the mean: `value_bound`)."""
 
-    names = ("td_loss", "q_mean", "td_abs_mean")
+    names = ("td_loss", "q_mean", "td_abs_mean", "q_abs_max")
 
     def __init__(self, target: TargetNetwork, gamma: float, loss: str, double: bool) -> None:
         if loss not in ("huber", "mse"):
@@ -216,7 +217,7 @@ class DQNLoss:
         q_taken = tf.gather(q, actions, batch_dims=1)
         td = y - q_taken
         loss = tf.reduce_mean(huber(td) if self.kind == "huber" else tf.square(td))
-        return loss, tf.stack([loss, tf.reduce_mean(q_taken), tf.reduce_mean(tf.abs(td))])
+        return loss, tf.stack([loss, tf.reduce_mean(q_taken), tf.reduce_mean(tf.abs(td)), tf.reduce_max(tf.abs(q))])
 
     def after_update(self, updates: int) -> None:
         self.target.after_update(updates)
@@ -227,6 +228,14 @@ class DQNLoss:
 
 
 # ---- what the trainer builds in Gorila mode (ba3c.runner)
+
+def value_bound(gamma: float, clipped_rewards: bool) -> float | None:
+    """The most any state can be worth, |Q| <= sum_k gamma^k = 1 / (1 - gamma), when rewards are clipped to
+    [-1, 1] (Atari games); None when rewards are not bounded by the trainer. A Q-network past it is diverging:
+    the Breakout run with the Huber loss valued rare states at 143, 631 and 16,238 (bound 100) on its way
+    from an evaluation of 69 to 18 (docs/gorila.md)."""
+    return 1.0 / (1.0 - gamma) if clipped_rewards and gamma < 1.0 else None
+
 
 def update_frames(cfg: Config, world_size: int, frames_per_step: int) -> tuple[int, int]:
     """(frames per update, frames played before the first update of a process) on `world_size` ranks: each

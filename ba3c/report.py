@@ -66,8 +66,14 @@ def print_timers(sim_s: dict[str, float], learn_s: dict[str, float], wall: float
 class Reporter:
     """Everything rank 0 says and writes about a run, through one `RunWriter`."""
 
-    def __init__(self, run_dir: str, cfg: Config, meta: dict[str, Any], state: RunState, resumed: bool) -> None:
+    def __init__(self, run_dir: str, cfg: Config, meta: dict[str, Any], state: RunState, resumed: bool,
+                 value_bound: float | None = None) -> None:
+        """`value_bound`: the most a state can be worth (`ba3c.gorila.value_bound`); a Q-value past it is
+        reported (None: not watched)."""
         self.run_dir, self.run_cfg = run_dir, cfg.run
+        self.value_bound = value_bound
+        self._q_peak: float | None = None  # the largest |Q| of the updates since the last row (Gorila)
+        self._q_warned = 0.0  # the largest |Q| a warning has named
         self.writer = RunWriter(run_dir, state.updates if resumed else None)
         save_json(cfg, os.path.join(run_dir, "config.json"))
         self.meta = meta
@@ -84,9 +90,15 @@ class Reporter:
               f"ranks={meta['ranks']} dist={meta['dist_backend']} global_batch={meta['global_batch']} "
               f"lr={meta['lr_effective']:.2e} -> {run_dir}", flush=True)
 
-    def add_noise(self, stats: StepStats) -> None:
-        """An update that measured the gradient noise (--noise-scale-every); pooled into the next row."""
-        self._noise.append(stats)
+    def add_update(self, stats: StepStats) -> None:
+        """Each update's statistics that the next row pools: the gradient noise where this update measured it
+        (--noise-scale-every) and the largest |Q| (the last update's alone would miss a rare diverging state)."""
+        if stats.b_big:
+            self._noise.append(stats)
+        q = stats.terms.get("q_abs_max")
+        if q is not None:
+            q = math.inf if math.isnan(q) else q  # a network that gives nan is as diverged as it gets
+            self._q_peak = q if self._q_peak is None else max(self._q_peak, q)
 
     def sync(self, state: RunState, episodes: list[tuple[float, int]], stage_s: dict[str, float], stats: StepStats,
              interval: IntervalStats, verdict: str, lr: float, now: float, *, total_updates: int, force: bool,
@@ -129,6 +141,9 @@ class Reporter:
             row[name] = scalars[TERM_TAGS.get(name, f"losses/{name}")] = value
         for column, tag in LOSSES:
             row[column] = scalars[tag] = getattr(stats, column)
+        if self._q_peak is not None:  # since the previous row, as grad_norm_max
+            row["q_abs_max"] = scalars["losses/q_abs_max"] = self._q_peak
+            self._warn_values(state.updates)
         # since the previous row (the columns above are the last update's): what the collapse guard judged
         row["entropy_mean"] = scalars["losses/entropy_mean"] = float(np.mean(self._entropies))
         row["grad_norm_max"] = scalars["losses/grad_norm_max"] = self._grad_max
@@ -152,6 +167,21 @@ class Reporter:
         self.writer.log(row, scalars, state.frames)
         self._last_t, self._last_updates, self._last_frames = now, state.updates, state.frames
         self._entropies, self._grad_max, self._worst, self._noise = [], 0.0, HEALTHY, []
+        self._q_peak = None
+
+    def _warn_values(self, updates: int) -> None:
+        """One line when the Q-network first values a state past what any state can be worth, and again only
+        when it goes 10 times past the last value named (a diverging network climbs for hours)."""
+        if self.value_bound is None or self._q_peak is None:
+            return
+        q, bound = self._q_peak, self.value_bound
+        if q <= bound or q <= 10 * self._q_warned:
+            return
+        self._q_warned = q
+        print(f"ba3c: warning: at update {updates:,} the Q-network values a state at {q:,.1f} (column q_abs_max); "
+              f"with rewards clipped to [-1, 1] and this gamma no state is worth more than {bound:,.0f}: the "
+              f"Q-values are diverging (lower --lr, or --dqn-loss mse if it is huber; docs/gorila.md)",
+              file=sys.stderr, flush=True)
 
     def _returns_columns(self) -> dict[str, Any]:
         """progress.csv's return columns over the last 100 episodes of this process (empty before its first), and

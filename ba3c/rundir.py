@@ -32,8 +32,9 @@ PROGRESS_FIELDS = ["time_s", "cpu_s", "frames", "updates", "episodes", "return_m
                    "episode_length_mean", "frames_per_s", "updates_per_s", "policy_loss", "value_loss",
                    "entropy",
                    # Gorila's loss statistics (BA3C's three above are empty there, these in BA3C runs) and its
-                   # exploration epsilon at the last update
-                   "td_loss", "q_mean", "td_abs_mean", "epsilon",
+                   # exploration epsilon at the last update; q_abs_max: the largest |Q(s, a)| in any batch since
+                   # the previous row (past 1 / (1 - gamma) with clipped rewards: diverging, a warning line)
+                   "td_loss", "q_mean", "td_abs_mean", "q_abs_max", "epsilon",
                    "grad_norm", "lr",
                    # policy_lag: mean updates between choosing an action and training on it (last update)
                    "policy_lag",

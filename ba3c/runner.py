@@ -164,7 +164,8 @@ class Trainer:
                 "rehearse_ranks": self.cfg.run.rehearse_ranks,
                 "num_params": int(self.model.count_params()),
                 "resumed_from_update": self.state.updates if resumed else None, "config_changes_on_resume": changes}
-        return Reporter(self.run_dir, self.cfg, meta, self.state, resumed)
+        bound = gorila.value_bound(self.cfg.learn.gamma, self.spec.kind == "atari") if self.gorila else None
+        return Reporter(self.run_dir, self.cfg, meta, self.state, resumed, value_bound=bound)
 
     def _build_workers(self) -> None:
         s, l, r = self.cfg.sim, self.cfg.learn, self.cfg.run
@@ -270,8 +271,8 @@ class Trainer:
             self.stats.terms["epsilon"] = self.sim_thread.feed.epsilon()
         self.last_obs = batch.obs  # the final sync judges the last step's weights on them
         self.interval.add(self.stats.entropy, self.stats.grad_norm)
-        if self.report is not None and self.stats.b_big:
-            self.report.add_noise(self.stats)
+        if self.report is not None:
+            self.report.add_update(self.stats)
         self.learn_timers.seconds["train"] += self.stats.train_s - self.stats.allreduce_s
         self.learn_timers.seconds["allreduce"] += self.stats.allreduce_s
         self.state.updates += 1

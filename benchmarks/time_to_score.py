@@ -205,7 +205,7 @@ KEPT_PROGRESS_COLUMNS = ("time_s", "cpu_s", "frames", "updates", "episodes", "re
                          "units_active", "feature_std", "logit_std", "value_std",
                          # Gorila's learner (empty for BA3C): Q-values running past what a state can be worth
                          # show here (docs/gorila.md: the Breakout run with the Huber loss)
-                         "td_loss", "q_mean", "td_abs_mean", "epsilon")
+                         "td_loss", "q_mean", "td_abs_mean", "q_abs_max", "epsilon")
 
 
 def keep_progress(src: str, dst: str) -> None:

@@ -55,7 +55,8 @@ def test_dqn_loss_hand_computed(kind, double):
     grad = tape.gradient(loss, online.trainable_variables)[0].numpy()
     assert float(loss) == pytest.approx(HAND[(kind, double)])
     td = np.array([0.5 if double else 2.0, -1.0])
-    np.testing.assert_allclose(stats.numpy(), [HAND[(kind, double)], 1.0, np.abs(td).mean()], rtol=1e-6)
+    # the largest |Q(s, a)| over the batch's states and every action: Q(s0, 1) = 2
+    np.testing.assert_allclose(stats.numpy(), [HAND[(kind, double)], 1.0, np.abs(td).mean(), 2.0], rtol=1e-6)
     # dL/dQ(s_b, a_b) = -f'(td_b) / 2 with f' = clip(td, -1, 1) (huber) or 2 td (mse); Q(s_b, a) = s_b . kernel[:, a]
     dq = -(np.clip(td, -1, 1) if kind == "huber" else 2 * td) / 2
     want = np.zeros((2, 2))
@@ -259,3 +260,14 @@ def test_a_full_disk_keeps_the_old_replay_and_the_run_going(when, tmp_path, monk
     fresh = Replay(60, 2, (4,), np.float32, clip_rewards=False)
     assert gorila.load_replay(fresh, str(tmp_path), 0)[0] == old.transitions()
     np.testing.assert_array_equal(fresh.frames, old.frames)
+
+
+def test_value_bound_only_with_clipped_rewards():
+    """With rewards clipped to [-1, 1] no state is worth more than sum_k gamma^k; unclipped rewards (CartPole,
+    or any Gym task) give no bound, and no warning can be raised for them."""
+    from ba3c.gorila import value_bound
+
+    assert value_bound(0.99, clipped_rewards=True) == pytest.approx(100.0)
+    assert value_bound(0.5, clipped_rewards=True) == pytest.approx(2.0)
+    assert value_bound(0.99, clipped_rewards=False) is None
+    assert value_bound(1.0, clipped_rewards=True) is None  # undiscounted: unbounded

@@ -40,7 +40,9 @@ def test_cartpole_learns(tmp_path):
     best = max(float(x["return_mean20"]) for x in r if x["return_mean20"])
     assert best >= 120, f"Gorila did not learn CartPole: best mean-20 return {best}"
     assert float(r[-1]["return_mean20"]) >= 66, f"CartPole fell back to {r[-1]['return_mean20']}"
-    assert all(r[-1][k] != "" for k in ("td_loss", "q_mean", "td_abs_mean")) and r[-1]["policy_loss"] == ""
+    assert all(r[-1][k] != "" for k in ("td_loss", "q_mean", "td_abs_mean", "q_abs_max")) and r[-1]["policy_loss"] == ""
+    # the row's largest |Q| covers every update since the previous row, the last one's batch mean among them
+    assert all(float(x["q_abs_max"]) >= abs(float(x["q_mean"])) for x in r if x["q_mean"])
     assert float(r[-1]["epsilon"]) == 0.05  # past --eps-decay-steps
     cfg = json.loads((run / "config.json").read_text())
     # the flags' lr over Gorila's default, its other defaults resolved and recorded

@@ -112,3 +112,41 @@ def test_mean_of_20_waits_for_20_games_of_this_process(run, tmp_path):
     assert float(rows[2]["return_mean20"]) == pytest.approx((21 + 18 * 20 - 21) / 20)
     assert float(rows[3]["return_mean20"]) == pytest.approx((14 * 20 - 21) / 20)  # the last 20 of 25
     assert float(rows[0]["return_mean"]) == 21.0  # the mean over up to 100 is there from the first game
+
+
+def dqn_stats(q_abs_max: float) -> StepStats:
+    return StepStats(terms={"td_loss": 0.1, "q_mean": 5.0, "td_abs_mean": 0.3, "q_abs_max": q_abs_max},
+                     grad_norm=0.1, train_s=0.01, allreduce_s=0.0, policy_lag=0.0)
+
+
+@pytest.mark.parametrize("bound", [100.0, None])
+def test_q_values_past_what_a_state_can_be_worth_are_reported(tmp_path, capsys, bound):
+    """Gorila's q_abs_max column is the largest |Q| of every update since the previous row (a rare diverging
+    state in one batch must not hide behind the last update's); past the value bound a warning says so, once,
+    and again only 10 times higher (the Breakout run with the Huber loss climbed from 143 to 16,238); without a
+    bound (rewards not clipped) nothing is said."""
+    cfg = dataclasses.replace(Config(), run=RunConfig(total_frames=1_000_000, log_interval_s=5.0))
+    state = RunState()
+    state.start_clocks()
+    reporter = Reporter(str(tmp_path), cfg, META, state, resumed=False, value_bound=bound)
+    warned = []
+    for i, peaks in enumerate(([7.0, 90.0, 8.0], [150.0, 6.0], [900.0], [2_000.0, 3.0], [float("nan"), 5.0],
+                               [1e9]), start=1):
+        for q in peaks:
+            reporter.add_update(dqn_stats(q))
+        state.updates, state.frames = 100 * i, 25_600 * i
+        reporter.sync(state, [], {}, dqn_stats(peaks[-1]), IntervalStats(100, 1.0, 0.1, None), HEALTHY, 1e-4,
+                      state.t_start + 10.0 * i, total_updates=TOTAL, force=True)
+        warned.append([line for line in capsys.readouterr().err.splitlines() if "Q-network" in line])
+    reporter.writer.close()
+    with open(tmp_path / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["q_abs_max"]) for r in rows[:4]] == [90.0, 150.0, 900.0, 2_000.0]
+    assert rows[4]["q_abs_max"] == "inf" and float(rows[5]["q_abs_max"]) == 1e9  # nan: as diverged as it gets
+    assert [float(r["q_mean"]) for r in rows] == [5.0] * 6  # the other terms stay the last update's
+    if bound is None:
+        assert warned == [[]] * 6
+        return
+    assert [len(w) for w in warned] == [0, 1, 0, 1, 1, 0]  # nothing is higher than infinite
+    assert "at update 200 the Q-network values a state at 150.0" in warned[1][0], warned[1]
+    assert "no state is worth more than 100" in warned[1][0] and "2,000.0" in warned[3][0]

@@ -34,8 +34,8 @@ def test_time_to_score_cartpole(tmp_path):
     assert (out / "time_to_score-cartpole-v1-eval.csv").read_text() == (tmp_path / "run" / "eval.csv").read_text()
     kept = (out / "time_to_score-cartpole-v1-progress.csv").read_text().splitlines()
     assert kept[0].split(",")[:3] == ["time_s", "cpu_s", "frames"] and "return_mean20" in kept[0]
-    assert kept[0].split(",")[-8:] == ["units_active", "feature_std", "logit_std", "value_std",
-                                       "td_loss", "q_mean", "td_abs_mean", "epsilon"]  # the last 4: Gorila's
+    assert kept[0].split(",")[-9:] == ["units_active", "feature_std", "logit_std", "value_std",  # the last 5: Gorila's
+                                       "td_loss", "q_mean", "td_abs_mean", "q_abs_max", "epsilon"]
     assert len(kept) == len((tmp_path / "run" / "progress.csv").read_text().splitlines())
     # core-hours are the CPU seconds the run used, not wall x cores
     assert res["core_hours_basis"].startswith("measured")
