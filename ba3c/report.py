@@ -143,7 +143,7 @@ class Reporter:
             row[column] = scalars[tag] = getattr(stats, column)
         if self._q_peak is not None:  # since the previous row, as grad_norm_max
             row["q_abs_max"] = scalars["losses/q_abs_max"] = self._q_peak
-            self._warn_values(state.updates)
+            self._warn_values(self._q_peak, state.updates)
         # since the previous row (the columns above are the last update's): what the collapse guard judged
         row["entropy_mean"] = scalars["losses/entropy_mean"] = float(np.mean(self._entropies))
         row["grad_norm_max"] = scalars["losses/grad_norm_max"] = self._grad_max
@@ -169,13 +169,11 @@ class Reporter:
         self._entropies, self._grad_max, self._worst, self._noise = [], 0.0, HEALTHY, []
         self._q_peak = None
 
-    def _warn_values(self, updates: int) -> None:
+    def _warn_values(self, q: float, updates: int) -> None:
         """One line when the Q-network first values a state past what any state can be worth, and again only
         when it goes 10 times past the last value named (a diverging network climbs for hours)."""
-        if self.value_bound is None or self._q_peak is None:
-            return
-        q, bound = self._q_peak, self.value_bound
-        if q <= bound or q <= 10 * self._q_warned:
+        bound = self.value_bound
+        if bound is None or q <= bound or q <= 10 * self._q_warned:
             return
         self._q_warned = q
         print(f"ba3c: warning: at update {updates:,} the Q-network values a state at {q:,.1f} (column q_abs_max); "
