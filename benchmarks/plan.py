@@ -29,7 +29,9 @@ trainer's 4,096, at least N), with per-node batch b = B / N (`--train-batch b` o
 Prints the best (B, b) per node count, its minutes, its efficiency against linear (minutes at 1 node
 / (N x minutes at N)), what binds (the per-update floor a + exchange, or the updates), and beside it
 the fixed per-node batch of 32 (the paper's layout, B = 32 N) under the same model; then how the
-model's per-update time compares with the measured one (step_time.json). Writes OUT/plan.json and
+model's per-update time compares with the measured one (step_time.json); then two designs the trainer does
+not have, modelled to judge whether to build them: a sharded optimizer and local SGD (weights averaged
+every H updates, the exchange divided by H at the same updates). Writes OUT/plan.json and
 OUT/plan.png, and the envelope into scaling.json (`time_to_score_envelope`). All of it modelled.
 """
 from __future__ import annotations
@@ -50,6 +52,7 @@ FRAMES_PER_STEP = 4  # frameskip: one agent step (one sample) is 4 emulator fram
 GRADIENT_BYTES = sm.BYTES_PER_FLOAT * sm.MODEL_FLOATS  # the Nature CNN's gradient, float32
 PAPER_MINUTES = 21.0  # arXiv 1801.02852: 21 minutes on 64 nodes (their games and thresholds, not Pong 18)
 TARGETS = {32: 0.5, 64: 0.35}  # issue 44: time to Pong 18 against linear
+LOCAL_STEPS = (2, 4, 8)  # local SGD's averaging periods modelled beside the envelope (Lin et al. 2020 used 2-16)
 STEP_TIME = os.path.join(harness.RESULTS, "step_time", "step_time.json")
 FLOOR_PROBE = os.path.join(harness.RESULTS, "step_time", "floor_probe.json")
 # the learner's fixed-cost A/B at one thread (Keras 3's Adam and three read backs, then the fused Adam and one)
@@ -301,11 +304,13 @@ def choice(nodes: int, batch: int, upd: Updates, node: NodeModel, cores: int, ex
 
 
 def update_floor(nodes: int, net: Network, exchange_overhead_s: float,
-                 sharding: Sharding | None) -> tuple[float, float]:
+                 sharding: Sharding | None, local_steps: int = 1) -> tuple[float, float]:
     """(the exchange, the cut in the fixed cost) per update on `nodes` nodes: with a sharded optimizer the ring's
     bytes are the same (a reduce-scatter and an allgather are an allreduce's two halves), each extra collective
-    costs Horovod's fixed cost once more, and the fixed cost falls by the optimizer work shared."""
-    exch = exchange_s(nodes, net, exchange_overhead_s)
+    costs Horovod's fixed cost once more, and the fixed cost falls by the optimizer work shared. With local steps
+    (local SGD; not in the trainer, modelled) each rank applies its own gradient for `local_steps` updates and the
+    ranks then average their weights: one allreduce of the same 6.75 MB per `local_steps` updates."""
+    exch = exchange_s(nodes, net, exchange_overhead_s) / local_steps
     if sharding is None or nodes <= 1:
         return exch, 0.0
     return exch + sharding.extra_collectives * (exchange_overhead_s + 2 * net.latency_s), sharding.saving_s(nodes)
@@ -313,8 +318,8 @@ def update_floor(nodes: int, net: Network, exchange_overhead_s: float,
 
 def choices_for(nodes: int, s: Settings, node: NodeModel, net: Network, exchange_overhead_s: float,
                 measured: Sequence[Updates], modelled: Sequence[sm.FramesToScore] = (),
-                sharding: Sharding | None = None) -> list[Choice]:
-    exch, cut = update_floor(nodes, net, exchange_overhead_s, sharding)
+                sharding: Sharding | None = None, local_steps: int = 1) -> list[Choice]:
+    exch, cut = update_floor(nodes, net, exchange_overhead_s, sharding, local_steps)
     return [choice(nodes, gb, updates_at(gb, measured, s.beyond, modelled), node, s.cores_per_node, exch, cut)
             for gb in global_batches(nodes, s.max_global_batch)]
 
@@ -365,19 +370,21 @@ def binds(c: Choice, eff: float, needed_step_s: float | None) -> str:
 
 
 def envelope(s: Settings, node: NodeModel, net: Network, exchange_overhead_s: float, measured: Sequence[Updates],
-             modelled: Sequence[sm.FramesToScore] = (), sharding: Sharding | None = None) -> list[EnvelopeRow]:
+             modelled: Sequence[sm.FramesToScore] = (), sharding: Sharding | None = None,
+             local_steps: int = 1) -> list[EnvelopeRow]:
     """Per node count: the best (B, b), its efficiency against linear, what binds, and the fixed per-node
-    batch beside it (all under one model)."""
+    batch beside it (all under one model). With `local_steps` > 1 the updates to the score are taken as those of
+    the same global batch (local SGD's first-order equivalence; assumed, never measured here)."""
     rows: list[EnvelopeRow] = []
     one = one_fixed = None
     fewest_samples = min(u.updates * u.global_batch for u in measured)
     for n in node_counts(s.nodes):
-        cs = choices_for(n, s, node, net, exchange_overhead_s, measured, modelled, sharding)
+        cs = choices_for(n, s, node, net, exchange_overhead_s, measured, modelled, sharding, local_steps)
         top = best(cs)
         fixed_gb = s.fixed_per_node_batch * n
         fixed = next((c for c in cs if c.global_batch == fixed_gb), None)
         if fixed is None and fixed_gb <= s.max_global_batch:
-            exch, cut = update_floor(n, net, exchange_overhead_s, sharding)
+            exch, cut = update_floor(n, net, exchange_overhead_s, sharding, local_steps)
             upd = updates_at(fixed_gb, measured, s.beyond, modelled)
             fixed = choice(n, fixed_gb, upd, node, s.cores_per_node, exch, cut)
         if n == 1:
@@ -597,6 +604,22 @@ def report_sharding(sharding: Sharding, rows: Sequence[EnvelopeRow], sharded: Se
               f"{r.best.minutes:>8.2f} {r.efficiency_vs_linear:>5.2f}")
 
 
+def report_local_steps(rows: Sequence[EnvelopeRow], local: dict[int, Sequence[EnvelopeRow]]) -> None:
+    print("\nLocal SGD (weights averaged every H updates; not in the trainer; modelled): the exchange per update "
+          "falls to 1/H; updates to 18 assumed those of the same global batch (never measured here)")
+    print(f"{'nodes':>5} {'sync min':>8} {'eff':>5} | " + " | ".join(
+        f"H={h}: {'min':>5} {'eff':>5} {'x upd':>5}" for h in local))
+    for i, r in enumerate(rows):
+        cells = []
+        for h, lr in local.items():
+            q = lr[i]
+            cells.append(f"{' ' * (len(str(h)) + 4)}{q.best.minutes:>5.2f} {q.efficiency_vs_linear:>5.2f} "
+                         f"{r.best.minutes / q.best.minutes:>5.2f}")
+        print(f"{r.nodes:>5} {r.best.minutes:>8.2f} {r.efficiency_vs_linear:>5.2f} | " + " | ".join(cells))
+    print("x upd: how many times the synchronous run's updates local SGD may need and still be no slower "
+          "(sync minutes / local minutes at equal updates)")
+
+
 def plot(rows: Sequence[EnvelopeRow], today: Sequence[dict[str, Any]], s: Settings, net: Network, node: NodeModel,
          path: str) -> None:
     plt = harness.pyplot()
@@ -723,6 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     sharding = sharding_from(load_json(args.floor_probe))
     sharded_rows = envelope(s, node, net, exch[0], measured, modelled, sharding) if sharding else []
+    local = {h: envelope(s, node, net, exch[0], measured, modelled, local_steps=h) for h in LOCAL_STEPS}
     checks = model_check(step_time, args.here_threads)
     xcheck = exchange_check(scaling, load_json(args.exchange))
     report(s, node, net, exch, rows, measured, checks, other)
@@ -741,6 +765,7 @@ def main(argv: list[str] | None = None) -> int:
               "against "
               f"{1e3 * xcheck['measured_exposed_s']:.1f} ms exposed in the learner's step (exchange study, grouped): "
               f"{xcheck['error']:+.0%}")
+    report_local_steps(rows, local)
     today = (((scaling or {}).get("time_to_score_projection") or {}).get("by_exchange") or {}).get("sync", [])
     out = {"date": harness.now(), "settings": asdict(s), "modelled": True,
            "inputs": {"updates_measured": [asdict(u) for u in measured], "node_model": asdict(node),
@@ -761,7 +786,12 @@ def main(argv: list[str] | None = None) -> int:
                "envelope": [r.to_json() for r in cut_rows]},
            "sharded_optimizer": None if not sharding else {
                "modelled": True, "in_trainer": False, "parts": asdict(sharding),
-               "envelope": [r.to_json() for r in sharded_rows]}}
+               "envelope": [r.to_json() for r in sharded_rows]},
+           "local_sgd": {"modelled": True, "in_trainer": False,
+                         "assumed": "updates to the score those of the same global batch",
+                         "by_local_steps": {str(h): [{**r.to_json(), "break_even_updates_factor":
+                                                      q.best.minutes / r.best.minutes}
+                                                     for q, r in zip(rows, lr)] for h, lr in local.items()}}}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "plan.json"), "w") as fh:
         json.dump(out, fh, indent=1)

@@ -230,6 +230,11 @@ def test_planner_end_to_end_on_synthetic_files(tmp_path):
     assert [r["nodes"] for r in out["envelope"]] == [1, 2, 4, 8]
     assert out["envelope"][0]["efficiency_vs_linear"] == 1.0
     assert {u["label"] for u in out["inputs"]["updates_measured"]} == {"measured"}
+    local = out["local_sgd"]
+    assert local["modelled"] is True and local["in_trainer"] is False
+    assert sorted(local["by_local_steps"]) == sorted(str(h) for h in plan.LOCAL_STEPS)
+    # averaging less often never costs time at equal updates, so the break-even factor is at least 1
+    assert all(r["break_even_updates_factor"] >= 1.0 for rows in local["by_local_steps"].values() for r in rows)
     assert {c["updates_label"] for c in out["all_choices"]} <= {"measured", "fitted", "assumed"}
     env = json.loads((tmp_path / "scaling.json").read_text())["time_to_score_envelope"]
     assert [r["nodes"] for r in env["rows"]] == [1, 2, 4, 8] and env["modelled"] is True
@@ -274,3 +279,18 @@ def test_floor_probe_ratios_are_per_round_against_the_baseline():
     assert s["train-xla 1"]["vs"] == "train 1"
     assert s["train-xla 1"]["ratio_median"] == pytest.approx(1.2)
     assert (s["train-xla 1"]["ratio_min"], s["train-xla 1"]["ratio_max"]) == pytest.approx((1.1, 1.5))
+
+
+def test_local_steps_divide_the_exchange_and_keep_the_updates():
+    nd = node(overhead=0.01)
+    base = plan.envelope(settings(nodes=8), nd, NET, 0.002, MEASURED)
+    local = plan.envelope(settings(nodes=8), nd, NET, 0.002, MEASURED, local_steps=4)
+    assert local[0].best.minutes == base[0].best.minutes  # one node: no exchange to divide
+    for n in (2, 4, 8):
+        b = plan.choice(n, 1024, plan.updates_at(1024, MEASURED), nd, 1, plan.exchange_s(n, NET, 0.002))
+        q = next(c for c in plan.choices_for(n, settings(nodes=8), nd, NET, 0.002, MEASURED, local_steps=4)
+                 if c.global_batch == 1024)
+        assert q.exchange_s == pytest.approx(b.exchange_s / 4)
+        assert q.updates == b.updates and q.overhead_s == b.overhead_s
+    for r, q in zip(base, local):
+        assert q.best.minutes <= r.best.minutes
