@@ -52,7 +52,7 @@ FRAMES_PER_STEP = 4  # frameskip: one agent step (one sample) is 4 emulator fram
 GRADIENT_BYTES = sm.BYTES_PER_FLOAT * sm.MODEL_FLOATS  # the Nature CNN's gradient, float32
 PAPER_MINUTES = 21.0  # arXiv 1801.02852: 21 minutes on 64 nodes (their games and thresholds, not Pong 18)
 TARGETS = {32: 0.5, 64: 0.35}  # issue 44: time to Pong 18 against linear
-LOCAL_STEPS = (2, 4, 8)  # local SGD's averaging periods modelled beside the envelope (Lin et al. 2020 used 2-16)
+LOCAL_STEPS = (2, 4, 8)  # local SGD's averaging periods (updates between weight averages) modelled beside the envelope
 STEP_TIME = os.path.join(harness.RESULTS, "step_time", "step_time.json")
 FLOOR_PROBE = os.path.join(harness.RESULTS, "step_time", "floor_probe.json")
 # the learner's fixed-cost A/B at one thread (Keras 3's Adam and three read backs, then the fused Adam and one)
@@ -605,17 +605,18 @@ def report_sharding(sharding: Sharding, rows: Sequence[EnvelopeRow], sharded: Se
 
 
 def report_local_steps(rows: Sequence[EnvelopeRow], local: dict[int, Sequence[EnvelopeRow]]) -> None:
+    """Beside the synchronous envelope (`rows`), local SGD's per averaging period H (`local`, row for row)."""
     print("\nLocal SGD (weights averaged every H updates; not in the trainer; modelled): the exchange per update "
           "falls to 1/H; updates to 18 assumed those of the same global batch (never measured here)")
     print(f"{'nodes':>5} {'sync min':>8} {'eff':>5} | " + " | ".join(
         f"H={h}: {'min':>5} {'eff':>5} {'x upd':>5}" for h in local))
-    for i, r in enumerate(rows):
+    for i, sync in enumerate(rows):
         cells = []
-        for h, lr in local.items():
-            q = lr[i]
-            cells.append(f"{' ' * (len(str(h)) + 4)}{q.best.minutes:>5.2f} {q.efficiency_vs_linear:>5.2f} "
-                         f"{r.best.minutes / q.best.minutes:>5.2f}")
-        print(f"{r.nodes:>5} {r.best.minutes:>8.2f} {r.efficiency_vs_linear:>5.2f} | " + " | ".join(cells))
+        for h, local_rows in local.items():
+            loc = local_rows[i]
+            cells.append(f"{' ' * (len(str(h)) + 4)}{loc.best.minutes:>5.2f} {loc.efficiency_vs_linear:>5.2f} "
+                         f"{sync.best.minutes / loc.best.minutes:>5.2f}")
+        print(f"{sync.nodes:>5} {sync.best.minutes:>8.2f} {sync.efficiency_vs_linear:>5.2f} | " + " | ".join(cells))
     print("x upd: how many times the synchronous run's updates local SGD may need and still be no slower "
           "(sync minutes / local minutes at equal updates)")
 
@@ -789,9 +790,10 @@ def main(argv: list[str] | None = None) -> int:
                "envelope": [r.to_json() for r in sharded_rows]},
            "local_sgd": {"modelled": True, "in_trainer": False,
                          "assumed": "updates to the score those of the same global batch",
-                         "by_local_steps": {str(h): [{**r.to_json(), "break_even_updates_factor":
-                                                      q.best.minutes / r.best.minutes}
-                                                     for q, r in zip(rows, lr)] for h, lr in local.items()}}}
+                         "by_local_steps": {str(h): [{**loc.to_json(), "break_even_updates_factor":
+                                                      sync.best.minutes / loc.best.minutes}
+                                                     for sync, loc in zip(rows, local_rows)]
+                                            for h, local_rows in local.items()}}}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "plan.json"), "w") as fh:
         json.dump(out, fh, indent=1)
