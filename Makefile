@@ -26,9 +26,12 @@ $(STAMP): requirements.txt setup.cfg launch/build_horovod.sh
 train: $(STAMP)
 	$(PY) -m ba3c.train $(ARGS)
 
-# every test (what .ci/run runs) but the cluster in the box, which make cluster-test runs
+# every test (what .ci/run runs) but the cluster in the box, which make cluster-test runs. Two pytest-xdist
+# workers: one worker left ~45% of 2 cores idle (TensorFlow start-up, waits on subprocesses); tests that share a
+# resource carry one xdist_group. TEST_WORKERS=1 runs them one by one; on a larger machine try TEST_WORKERS=4.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q tests --ignore=tests/test_box_cluster.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests --ignore=tests/test_box_cluster.py $(PYTEST_ARGS)
 
 # needs root and `ip netns`: the trainer as 8 ranks on 8 namespace nodes (tests/test_box_cluster.py, ~4 min on
 # 2 cores; BOX_NODES=4 for 4); namespaces and cgroups of a run that died are removed before and after, whatever

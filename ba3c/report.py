@@ -38,6 +38,10 @@ TERM_TAGS = {"policy_loss": "losses/policy", "value_loss": "losses/value", "entr
 LOSSES = (("grad_norm", "losses/grad_norm"), ("policy_lag", "perf/policy_lag"))
 
 
+def _cut_kept(lr_scale: float) -> str:
+    return "" if lr_scale == 1.0 else f" (the collapse guard's cut x{lr_scale:g} kept)"
+
+
 def fmt_duration(s: float) -> str:
     if not math.isfinite(s):
         return "?"
@@ -88,7 +92,7 @@ class Reporter:
         env = f"{meta['env']['kind']}:{meta['env']['name']}"
         print(f"ba3c: {env} model={meta['model']} ({meta['num_params']:,} params) "
               f"ranks={meta['ranks']} dist={meta['dist_backend']} global_batch={meta['global_batch']} "
-              f"lr={meta['lr_effective']:.2e} -> {run_dir}", flush=True)
+              f"lr={meta['lr_effective']:.2e}{_cut_kept(meta.get('lr_scale', 1.0))} -> {run_dir}", flush=True)
 
     def add_update(self, stats: StepStats) -> None:
         """Each update's statistics that the next row pools: the gradient noise where this update measured it

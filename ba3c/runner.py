@@ -160,7 +160,9 @@ class Trainer:
     def _open_report(self, resumed: bool, changes: dict[str, list[Any]]) -> Reporter:
         meta = {**base_meta(self.dist.name, self.dist.size), "start": now_iso(), "end": None, "model": self.model_kind,
                 "env": {"kind": self.spec.kind, "name": self.spec.name},
-                "global_batch": global_batch(self.cfg, self.dist.size), "lr_effective": self.lr,
+                "global_batch": global_batch(self.cfg, self.dist.size),
+                # the lr it trains at now: an earlier rollback's cut, restored from the checkpoint, included
+                "lr_effective": self.lr * self.state.lr_scale, "lr_scale": self.state.lr_scale,
                 "rehearse_ranks": self.cfg.run.rehearse_ranks,
                 "num_params": int(self.model.count_params()),
                 "resumed_from_update": self.state.updates if resumed else None, "config_changes_on_resume": changes}

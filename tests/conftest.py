@@ -41,3 +41,10 @@ def mpirun(np_: int, args: list[str], timeout: float = 300) -> subprocess.Comple
 def tiny_cartpole() -> list[str]:
     return ["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20",
             "--log-interval-s", "0.5", "--stats-interval-updates", "5"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tiers first (a stable sort): two pytest-xdist workers (make test) then finish together instead
+    of one running a minutes-long test alone at the end."""
+    slow = ("learning", "mpi", "slurm", "root", "slow")
+    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in slow))

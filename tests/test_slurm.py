@@ -25,7 +25,8 @@ DAEMON_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 TINY = ["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20", "--dist", "mpi",
         "--log-interval-s", "1"]
 
-pytestmark = pytest.mark.slurm
+# one SLURM cluster per module: under pytest-xdist both tests run in the same worker (--dist loadgroup)
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
 
 def _daemon(name: str) -> str | None:
