@@ -80,6 +80,15 @@ def read_events(run_dir: str) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def last_eval_frames(run_dir: str) -> int:
+    """The frames of eval.csv's latest evaluation (-1: none recorded)."""
+    path = os.path.join(run_dir, "eval.csv")
+    if not os.path.exists(path):
+        return -1
+    with open(path, newline="") as fh:
+        return max((int(float(r["frames"])) for r in csv.DictReader(fh) if r.get("frames")), default=-1)
+
+
 def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 

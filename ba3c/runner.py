@@ -37,7 +37,7 @@ from ba3c.learner import Learner, StepStats
 from ba3c.model import PROBE_OBS, HealthProbe, build_model, head_for, resolve_model_kind
 from ba3c.predictor import Predictor
 from ba3c.report import Reporter
-from ba3c.rundir import base_meta, now_iso
+from ba3c.rundir import base_meta, last_eval_frames, now_iso
 from ba3c.signals import EXIT_SIGNALLED, SignalFlag
 from ba3c.simulators import EnvSpec, make_simulator
 from ba3c.state import RunState
@@ -210,6 +210,13 @@ class Trainer:
             self.evaluator = EvalThread(snapshot, self._evaluate, self.report.evaluation)
         every = r.eval_every_frames
         self.next_eval = (self.state.frames // every + 1) * every if every else 0
+        if self.evaluator is not None and self.state.frames >= every and \
+                last_eval_frames(self.run_dir) < self.state.frames // every * every:
+            # the last evaluation due was given up when the run stopped (or the run ended before it): the
+            # restored weights are evaluated at the first sync point, so a resume leaves no gap in eval.csv
+            print(f"ba3c: eval.csv has no evaluation at {self.state.frames // every * every:,} frames (the run "
+                  f"stopped first): evaluating the restored weights now", flush=True)
+            self.next_eval = self.state.frames
 
     def _load_replay(self, actor: gorila.GorilaActor) -> None:
         """Every rank loads its saved shard; all shorten their warm-up by the fewest transitions any rank loaded

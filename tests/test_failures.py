@@ -1,6 +1,7 @@
 """Failures: a killed rank, kill -9 while a checkpoint is written, an emulator error, resume on other world sizes."""
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -245,3 +246,9 @@ def test_signal_during_a_long_evaluation_checkpoints_and_gives_it_up(tmp_path):
     assert c is not None and c.meta["updates"] == int(last[3])  # the stop's own checkpoint
     assert not (run / "eval.csv").exists() or len((run / "eval.csv").read_text().splitlines()) <= 1
     assert "Traceback" not in out
+    # the resume evaluates the restored weights first: the given-up evaluation leaves no gap in eval.csv
+    p = run_train(["--resume", str(run), "--eval-episodes", "2", "--total-frames", str(c.meta["frames"] + 400)])
+    assert f"eval.csv has no evaluation at {c.meta['frames'] // 2000 * 2000:,} frames" in p.stdout, p.stdout[-2000:]
+    with open(run / "eval.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and int(rows[0]["frames"]) >= c.meta["frames"] and int(rows[0]["episodes"]) == 2
