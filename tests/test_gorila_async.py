@@ -14,7 +14,10 @@ from studies.gorila_async.gorila_async import first_at, levels
 def run(tmp_path, mode: str, ranks: int, *extra: str) -> dict:
     out = tmp_path / f"{mode}.json"
     mpirun(ranks, ["-m", "studies.gorila_async.gorila_async", "--worker", "--mode", mode, "--seed", "3",
-                   "--seconds", "6", "--snapshot-s", "2", "--eval-episodes", "2", "--out", str(out), *extra],
+                   "--seconds", "6", "--snapshot-s", "2", "--eval-episodes", "2", "--out", str(out),
+                   # past the warm-up on a loaded machine too (once, beside a long run and a second pytest
+                   # worker, 6 s ended a sync run before its first update)
+                   "--min-updates", "20", *extra],
            timeout=300)
     return json.loads(out.read_text())
 

@@ -203,7 +203,8 @@ def worker(a: argparse.Namespace) -> None:
             step()
             stop = False
             while bundle.due():
-                g = np.append(bundle.gradient(), np.float32(time.monotonic() - t0 >= a.seconds))
+                up = time.monotonic() - t0 >= a.seconds and updates >= a.min_updates  # `updates`: the same on all
+                g = np.append(bundle.gradient(), np.float32(up))
                 w0 = time.monotonic()
                 comm.Allreduce(MPI.IN_PLACE, g, op=MPI.SUM)
                 waited += time.monotonic() - w0
@@ -241,7 +242,7 @@ def worker(a: argparse.Namespace) -> None:
                 stats["dropped"] += 1
             now = time.monotonic()
             snap(now)
-            done = now - t0 >= a.seconds
+            done = now - t0 >= a.seconds and stats["applied"] >= a.min_updates
             stopped += done
             reply = np.concatenate([[np.float32(version), np.float32(done)], applier.weights()]).astype(np.float32)
             comm.Send(reply, dest=status.Get_source(), tag=REPLY)
@@ -422,6 +423,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="worker: the run's seed")
     p.add_argument("--out", default="", help="worker: where rank 0 writes its result")
     p.add_argument("--seconds", type=float, default=90.0, help="wall time of each run's training")
+    p.add_argument("--min-updates", type=int, default=0,
+                   help="worker: go on past --seconds until this many updates were applied (smoke tests)")
     p.add_argument("--slow-rank", type=int, default=1, help="the bundle slowed (0-based)")
     p.add_argument("--slow-ms", type=float, default=0.0, help="worker: its sleep after each vector step")
     p.add_argument("--slow-ms-list", default="0,15", help="the slow bundle's sleeps compared, comma-separated")
