@@ -21,7 +21,6 @@ MODELS = ("auto", "nature", "paper", "mlp")
 CLIP_MODES = ("global", "avg")
 LR_SCALINGS = ("none", "linear", "sqrt")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
-EXCHANGES = ("sync", "overlap")
 ALLREDUCES = ("grouped", "per-tensor")
 COMPRESSIONS = ("none", "fp16")
 GUARD_MODES = ("rollback", "warn", "off")
@@ -112,13 +111,6 @@ class LearnConfig:
                         choices=CLIP_MODES)
     entropy_coef: float = _f(0.01, "entropy bonus weight")
     value_coef: float = _f(0.5, "value loss weight")
-    exchange: str = _f("sync", "sync, or overlap: exchange update k while computing k+1 (one update stale)",
-                       doc="sync averages the gradients and applies them in the same update. overlap exchanges and "
-                           "applies update k in a worker thread while update k+1's gradients are computed, hiding "
-                           "the allreduce at the cost of one update of staleness. Measured on 2 ranks x 1 core: "
-                           "BA3C lost (its exchange thread competes for the rank's core). Not with --algo gorila: "
-                           "1.1x the frames/s, but about twice the frames to learn CartPole.",
-                       choices=EXCHANGES, experimental=True)
     allreduce: str = _f("grouped", "how a synchronous update's gradients are exchanged: grouped or per-tensor",
                         doc="grouped: one exchange after the last gradient (Horovod's grouped op, mpi4py's flat "
                             "buffer). per-tensor: each gradient's allreduce starts as soon as backprop produces it, "
@@ -308,17 +300,18 @@ IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": 
 # Runs saved before Gorila mode existed are BA3C runs; the gorila group's defaults stand in for its options there.
 IMPLIED_BY_OLDER_CONFIGS.update(algo="ba3c", **{f.name: f.default for f in fields(GorilaConfig)})
 
-# Options removed because their experiments measured no gain (docs: batch scaling, learning rate; the code is in
-# git history: REMOVED_IN names, per option, the last commit that has it). A saved config may still hold them. The value
-# given here is the behaviour that remains (None: a knob of the removed behaviour, meaningless without it): such
-# entries are dropped silently. Any other value means the run trained with the removed behaviour: a resume
+# Options removed because their experiments measured no gain (docs: batch scaling, learning rate, scaling; the code
+# is in git history: REMOVED_IN names, per option, the last commit that has it). A saved config may still hold them.
+# The value given here is the behaviour that remains (None: a knob of the removed behaviour, meaningless without
+# it): such entries are dropped silently. Any other value means the run trained with the removed behaviour: a resume
 # cannot continue it, an evaluation can (the network is the same).
 REMOVED_OPTIONS: dict[str, Any] = {"lr_adapt": "none", "kl_target": None, "kl_lr_max": None, "kl_samples": None,
-                                   "advantage_norm": "none", "lr_decay": "none", "lr_decay_frames": None}
-_KL_GONE, _DECAY_GONE = "7a76fc9bcf21", "3fb9c3a6a7b7"
+                                   "advantage_norm": "none", "lr_decay": "none", "lr_decay_frames": None,
+                                   "exchange": "sync"}
+_KL_GONE, _DECAY_GONE, _OVERLAP_GONE = "7a76fc9bcf21", "3fb9c3a6a7b7", "a8907d52b199"
 REMOVED_IN: dict[str, str] = {"lr_adapt": _KL_GONE, "kl_target": _KL_GONE, "kl_lr_max": _KL_GONE,
                               "kl_samples": _KL_GONE, "advantage_norm": _KL_GONE,
-                              "lr_decay": _DECAY_GONE, "lr_decay_frames": _DECAY_GONE}
+                              "lr_decay": _DECAY_GONE, "lr_decay_frames": _DECAY_GONE, "exchange": _OVERLAP_GONE}
 
 # The paper's optimizer settings (the authors' released code, deepsense-ai/Distributed-BA3C). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -457,8 +450,6 @@ def validate_gorila(cfg: Config) -> None:
                           f"--num-envs {s.num_envs} simulators; use at least {6 * s.num_envs}")
     not_with = [("--collapse-guard", r.collapse_guard, "off", "the guard watches a policy's entropy, and a Q-network "
                  "has none"),
-                ("--exchange", l.exchange, "sync", "measured: 1.1x the frames/s on 2 ranks, but about twice the "
-                 "frames to learn CartPole (docs/gorila.md)"),
                 ("--rehearse-ranks", r.rehearse_ranks, 1, "a rehearsal of Gorila ranks is not built"),
                 ("--noise-scale-every", l.noise_scale_every, 0, "it measures BA3C's policy-gradient term"),
                 ("--decorrelate-steps", s.decorrelate_steps, 0, "an epsilon of 1 at the start already plays at "

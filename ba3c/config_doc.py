@@ -75,10 +75,11 @@ def _removed() -> list[str]:
     for k in REMOVED_OPTIONS:
         by_commit.setdefault(REMOVED_IN[k], []).append(f"`--{k.replace('_', '-')}`")
     where = "; ".join(f"{', '.join(flags)} at commit `{commit}`" for commit, flags in by_commit.items())
+    remains = ", ".join(sorted({f"`{v}`" for v in REMOVED_OPTIONS.values() if v is not None}))
     return ["## Removed options", "",
             f"These options were removed because their experiments measured no gain; their code is in git history "
             f"({where}, the last commits that have them). A saved configuration that holds them with the behaviour "
-            f"that remains (`none`) is read as if they were absent. A run that trained with a removed behaviour still "
+            f"that remains ({remains}) is read as if they were absent. A run that trained with a removed behaviour still "
             f"evaluates, but does not resume: continue it with that commit.", ""]
 
 

@@ -7,7 +7,6 @@ broadcast carry) is shared.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,9 +139,7 @@ class Learner:
         self.lr_step = 0
         self.lr_scale = 1.0  # the collapse guard's cut after a rollback (ba3c.guard)
         self.noise_sub_batch = noise_sub_batch  # --noise-scale-every's small batch (ba3c.config.noise_sub_batch)
-        self._pending: Future | None = None
         self._lr_assigned: float | None = None  # the value last assigned to Adam's lr variable (None: unknown)
-        self._pool: ThreadPoolExecutor | None = None
         # How gradients are exchanged is decided here, once: inside the compiled step (per gradient,
         # each started during backprop, or Horovod's one grouped op after it), on the host as one
         # flat buffer (mpi4py, grouped), or not at all (one rank: skip the ~3 ms allreduce).
@@ -156,16 +153,11 @@ class Learner:
         # TensorFlow's executor sometimes computes the dense layer's weight gradient only after the
         # convolutions' (seen in the Horovod timeline), leaving nothing to overlap.
         sizes = [int(np.prod(v.shape)) for v in model.trainable_variables]
-        self._late_from = int(np.argmax(sizes)) if in_graph and per_tensor and cfg.exchange == "sync" else None
+        self._late_from = int(np.argmax(sizes)) if in_graph and per_tensor else None
         self._grads = tf.function(self._loss_and_grads)
         self._split_grads = tf.function(self._split_grads_graph)
         self._apply = tf.function(lambda grads: self._apply_grads(average_in_graph(list(grads))))
-        self._average_on_host = self._average_host if on_host else list
-        if cfg.exchange == "overlap":
-            # one worker thread averages and applies update k while the caller computes k+1
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="ExchangeThread")
-            self._update = self._update_overlapped
-        elif on_host:
+        if on_host:
             self._update = self._update_host
         else:  # gradients, (in-graph) average, clipping and Adam as one compiled call
             self._fused = tf.function(lambda *batch: _packed(tf, *self._fused_step(average_in_graph, in_graph, *batch)))
@@ -312,18 +304,6 @@ class Learner:
         exchange_s = time.perf_counter() - t1
         return losses, self._apply(grads), exchange_s
 
-    def _update_overlapped(self, args: tuple) -> tuple:
-        grads, losses = self._grads(*args)  # runs while the previous update is exchanged and applied
-        t1 = time.perf_counter()
-        norm = self.flush()
-        exchange_s = time.perf_counter() - t1  # exchange time not hidden behind this gradient computation
-        self._set_lr()
-        self._pending = self._pool.submit(self._exchange_apply, list(grads))
-        return losses, norm, exchange_s
-
-    def _exchange_apply(self, grads: list) -> float:
-        return float(self._apply(self._average_on_host(grads)))
-
     def _average_host(self, grads: list) -> list:
         """mpi4py path: one flattened float32 buffer, allreduced in place."""
         tf = self._tf
@@ -336,13 +316,6 @@ class Learner:
             i += n
         return out
 
-    def flush(self) -> float:
-        """Wait for an update still being exchanged (overlap mode); returns its gradient norm."""
-        if self._pending is None:
-            return 0.0
-        norm, self._pending = self._pending.result(), None
-        return norm
-
     # ---- state for checkpoints and the start-up broadcast
     def _state_variables(self) -> list:
         """The network's weights, Adam's variables, then the loss's own (Gorila: the target network): the network
@@ -350,11 +323,9 @@ class Learner:
         return list(self.model.weights) + list(self.opt.variables) + list(self.loss.state_variables())
 
     def state_arrays(self) -> list[np.ndarray]:
-        self.flush()
         return [np.asarray(v.numpy()) for v in self._state_variables()]
 
     def load_state_arrays(self, arrays: list[np.ndarray], source: str = "checkpoint") -> None:
-        self.flush()  # an overlapped update still in flight must not land on top of the restored state
         self._lr_assigned = None  # the state holds Adam's lr variable: assign current_lr() again before the next update
         what = "weights, Adam state and target network" if self.loss.state_variables() else "weights and Adam state"
         assign_arrays(self._state_variables(), arrays, f"{source} ({what})")
@@ -365,5 +336,4 @@ class Learner:
             self.load_state_arrays(self.dist.broadcast_arrays(self.state_arrays()), "rank 0's broadcast")
 
     def weights_checksum(self) -> float:
-        self.flush()
         return float(sum(np.sum(np.asarray(v.numpy(), np.float64)) for v in self.model.weights))

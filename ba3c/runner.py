@@ -251,7 +251,6 @@ class Trainer:
                 self._train(batch)
                 if self.state.updates % self.cfg.run.stats_interval_updates == 0 or self._last_update():
                     status = self._sync()
-            self.learner.flush()  # every rank: an overlapped last update must finish its exchange
         finally:
             self._stop_threads()
         return self._finish(status)

@@ -72,21 +72,20 @@ class RunSpec:
     ranks: int
     threads: int
     layout: str  # core | fat | node | independent
-    exchange: str  # sync | overlap
 
 
-def trainer_flags(s: Settings, threads: int, exchange: str) -> list[str]:
+def trainer_flags(s: Settings, threads: int) -> list[str]:
     return ["--env", s.env, "--total-frames", "1000000000", "--num-envs", str(s.num_envs),
             "--predict-batch", str(s.predict_batch), "--train-batch", str(s.train_batch),
             "--env-threads", str(threads), "--intra-op-threads", str(threads), "--inter-op-threads", "1",
             "--log-interval-s", "2", "--stats-interval-updates", "5", "--checkpoint-interval-min", "1000",
-            "--lr-scaling", "none", "--exchange", exchange, *s.trainer_extra]
+            "--lr-scaling", "none", *s.trainer_extra]
 
 
 def trainer_job(spec: RunSpec, s: Settings, run_dir: str) -> tuple[harness.TrainerJob, bool]:
     independent = spec.layout == "independent"
     pre, over = harness.mpirun_prefix(spec.ranks, spec.threads, "core" if independent else spec.layout)
-    train = harness.train_command(*trainer_flags(s, spec.threads, spec.exchange))
+    train = harness.train_command(*trainer_flags(s, spec.threads))
     if independent:
         # The control: the same r processes, placed the same way, but no exchange at all (each its
         # own single-rank run). What they lose against one rank alone is the machine's, not ours.
@@ -107,7 +106,7 @@ def run_point(spec: RunSpec, s: Settings) -> Measurement:
     run_dir = tempfile.mkdtemp(prefix=f"ba3c-scale-{spec.layout}{spec.ranks}-")
     job, over = trainer_job(spec, s, run_dir)
     run = harness.launch(job, harness.stop_after_logged(s.warmup + s.seconds))
-    exchange = "none" if spec.layout == "independent" else spec.exchange
+    exchange = "none" if spec.layout == "independent" else "sync"
     common = dict(ranks=spec.ranks, layout=spec.layout, exchange=exchange,
                   threads_per_rank=spec.threads, oversubscribed=over, command=" ".join(job.command),
                   rows=len(run.rows[0]), dist_backend=_dist_backend(job.run_dirs[0]), startup_s=run.startup_s,
@@ -174,20 +173,15 @@ def measure_models(seconds: float) -> dict[str, Any]:
 def plan(args: argparse.Namespace, ranks: list[int]) -> list[RunSpec]:
     cores = harness.cores()
     layouts = args.layouts.split(",")
-    node_only = layouts == ["node"]
     out = []
     for r in ranks:
-        first = len(out)  # this rank count's first run
         for layout in layouts:
             threads = {"core": 1, "fat": max(cores // r, 1), "node": cores}[layout]
             if layout == "fat" and (threads == 1 or (r > 1 and r not in _ints(args.fat_ranks))):
                 continue  # one thread each is the core layout
-            out.append(RunSpec(r, threads, layout, "sync"))
-        if r in _ints(args.overlap_ranks) and r > 1:
-            overlap = RunSpec(r, cores if node_only else 1, "node" if node_only else "core", "overlap")
-            out.insert(first if args.overlap_first else len(out), overlap)
+            out.append(RunSpec(r, threads, layout))
         if r in _ints(args.control_ranks) and r > 1 and "core" in layouts:
-            out.append(RunSpec(r, 1, "independent", "sync"))
+            out.append(RunSpec(r, 1, "independent"))
     return out
 
 
@@ -200,7 +194,7 @@ def measure(args: argparse.Namespace, s: Settings, ranks: list[int], reps: int, 
     """Every planned trainer run, then the allreduce sweeps; `save()` after each (an interrupted run keeps them)."""
     for spec in plan(args, ranks):
         print(f"scaling: {spec.ranks} rank(s), {spec.layout} layout, {spec.threads} thread(s) each, "
-              f"exchange {spec.exchange} ...", flush=True)
+              "...", flush=True)
         m = run_point(spec, s)
         data.measured.append(m)
         print(f"    frames/s {m.frames_per_s or float('nan'):.1f}, updates/s {m.updates_per_s or float('nan'):.2f}"
@@ -254,7 +248,7 @@ def plot(data: ScalingData, a: Analysis, path: str) -> None:
         both([p for p in done if p.m.layout == layout and p.m.exchange == "sync"], marker, label, label)
     both([p for p in done if p.m.layout == "independent"], "D", "control: r runs, no exchange",
          "control: r runs, no exchange (the machine's ceiling)", color="grey", ms=7)
-    label = "measured, core, --exchange overlap"
+    label = "measured, core, --exchange overlap (removed since)"
     both([p for p in done if p.m.exchange == "overlap"], "^", label, label, ms=9)
     base = data.base("core")
     if base:
@@ -350,10 +344,6 @@ def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Nam
                    help="core (1 thread per rank), fat (cores/r threads per rank), node (cluster: one rank per node, "
                         "all its cores)")
     p.add_argument("--fat-ranks", default="1,2,4,8", help="rank counts measured in the fat layout")
-    p.add_argument("--overlap-ranks", default="2,4,8,16",
-                   help="rank counts also measured with --exchange overlap (core layout); '' for none")
-    p.add_argument("--overlap-first", action="store_true",
-                   help="measure overlap before, not after, its rank count's sync runs (alternate to cancel order)")
     p.add_argument("--control-ranks", default="2,16",
                    help="rank counts also run as the no-exchange control: r independent single-rank runs placed "
                         "like the core layout (what the machine itself loses when r cores are busy)")

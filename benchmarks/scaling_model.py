@@ -6,7 +6,7 @@ fitted by least squares to measured (r, bytes, seconds) points. An update on r r
     sync exchange:    t = t_compute + t_allreduce(r),   efficiency = t_compute / t
     with rank waiting: t = E[max over the r ranks of a per-update time] + t_allreduce(r)   (expected_max_s:
                       every rank waits for the slowest; t_compute above is the mean, which no rank waits on)
-    overlap (ideal):  t = max(t_compute, t_allreduce(r))
+    overlap (ideal):  t = max(t_compute, t_allreduce(r))   (a bound: the exchange wholly hidden)
     measured exchange overlap: t = t_compute + exposed * t_allreduce(r)   (exposed: measured share)
 Weak-scaling efficiency of a measured run: its frames/s over r x one rank's (over one rank's for
 the `fat` layout, where every rank count shares the same cores).
@@ -260,7 +260,8 @@ def project(nets: Sequence[NetModel], overhead_s: float, batches: Sequence[int],
     """Frames/s and efficiency for N nodes (one fat rank each) on each network. Modelled.
 
     Per-node compute time for a batch b: b / node rate. `sync`: the exchange is added to the
-    update; `overlap` (--exchange overlap): t = max(compute, exchange), an idealisation; each
+    update; `overlap`: t = max(compute, exchange), an exchange wholly hidden behind compute (a bound;
+    no trainer option does it since --exchange overlap was removed, measured slower); each
     `exposed` entry NAME: share adds t = compute + share x exchange (a measured exposed share).
     """
     out = []

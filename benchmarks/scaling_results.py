@@ -20,7 +20,7 @@ class Measurement:
     """One trainer run (`mpirun -np ranks`) at one layout and exchange: its steady state, or an error."""
     ranks: int
     layout: str  # core | fat | node | independent (the no-exchange control)
-    exchange: str  # sync | overlap | none (the control)
+    exchange: str  # sync | none (the control) | overlap (runs made before --exchange overlap was removed)
     threads_per_rank: int
     oversubscribed: bool = False
     command: str = ""

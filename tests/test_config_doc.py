@@ -38,11 +38,11 @@ def test_experimental_options_are_grouped_in_help_but_saved_in_their_own_group()
     parser = build_parser()
     groups = {g.title: {a.dest for a in g._group_actions} for g in parser._action_groups}
     experimental = {f.name for cls in _GROUPS.values() for f in fields(cls) if f.metadata["experimental"]}
-    assert {"exchange", "allreduce", "compression", "noise_scale_every", "decorrelate_steps"} <= experimental
+    assert {"allreduce", "compression", "noise_scale_every", "decorrelate_steps"} <= experimental
     assert groups[EXPERIMENTAL_GROUP[0]] == experimental
     for gname, cls in _GROUPS.items():
         assert groups[gname] == {f.name for f in fields(cls)} - experimental
     saved = Config().to_dict()
     assert list(saved) == ["sim", "learn", "run", "gorila"]
-    assert "exchange" in saved["learn"] and "sticky_actions" in saved["sim"]
+    assert "allreduce" in saved["learn"] and "sticky_actions" in saved["sim"]
     assert EXPERIMENTAL_GROUP[0] in parser.format_help()

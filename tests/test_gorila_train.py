@@ -170,7 +170,6 @@ def test_pong_resume_and_evaluate(tmp_path):
     (["--train-every", "-1"], "--train-every: must be > 0"),
     (["--dqn-loss", "l1"], "invalid choice"),
     (["--collapse-guard", "rollback"], "--collapse-guard rollback does not go with --algo gorila"),
-    (["--exchange", "overlap"], "--exchange overlap does not go with --algo gorila"),
     (["--rehearse-ranks", "2"], "--rehearse-ranks 2 does not go with --algo gorila"),
     (["--replay-size", "40"], "--replay-size 40 leaves 5 transitions"),
     (["--replay-size", "100000000000"], "use at most --replay-size"),

@@ -1,6 +1,7 @@
 """Options removed after runs were saved with them (config.REMOVED_OPTIONS: --lr-adapt with its --kl-* knobs,
---advantage-norm): a run directory written before the removal still resumes and evaluates; one that trained
-with a removed behaviour is refused on resume in one line naming it, and still evaluates (same network)."""
+--advantage-norm, --lr-decay, --exchange): a run directory written before the removal still resumes and
+evaluates; one that trained with a removed behaviour is refused on resume in one line naming it, and still
+evaluates (same network)."""
 from __future__ import annotations
 
 import csv
@@ -22,10 +23,11 @@ from conftest import ROOT, run_train, subprocess_env
 
 # What runs saved before the removal hold (their defaults then), and a run that used the removed behaviours
 OLD_DEFAULTS = {"lr_adapt": "none", "kl_target": 0.002, "kl_lr_max": 1.0, "kl_samples": 256, "advantage_norm": "none",
-                "lr_decay": "none", "lr_decay_frames": 0}
+                "lr_decay": "none", "lr_decay_frames": 0, "exchange": "sync"}
 OLD_KL = {**OLD_DEFAULTS, "lr_adapt": "kl", "kl_lr_max": 16.0}
 OLD_ADVNORM = {**OLD_DEFAULTS, "advantage_norm": "batch"}
 OLD_DECAY = {**OLD_DEFAULTS, "lr_decay": "linear", "lr_decay_frames": 20_000_000}
+OLD_OVERLAP = {**OLD_DEFAULTS, "exchange": "overlap"}
 OLD_PROGRESS_EXTRA = ("kl", "kl_step", "step_kept")  # progress.csv columns that only --lr-adapt kl filled
 
 
@@ -88,7 +90,7 @@ def test_old_configs_holding_the_remaining_behaviour_load_silently(tmp_path):
 
 
 @pytest.mark.parametrize("learn, flag", [(OLD_KL, "--lr-adapt kl"), (OLD_ADVNORM, "--advantage-norm batch"),
-                                         (OLD_DECAY, "--lr-decay linear")])
+                                         (OLD_DECAY, "--lr-decay linear"), (OLD_OVERLAP, "--exchange overlap")])
 def test_a_run_that_used_a_removed_behaviour_is_refused_on_resume_but_evaluates(tmp_path, learn, flag):
     run = tmp_path / "removed"
     old_run_without_training(run, learn)

@@ -17,7 +17,7 @@ from conftest import ROOT, subprocess_env
 @pytest.mark.mpi
 def test_scaling_quick(tmp_path):
     # the core layout only: the fat one is the same runs with more threads per rank
-    p = subprocess.run([sys.executable, "-m", "benchmarks.scaling", "--quick", "--overlap-ranks", "",
+    p = subprocess.run([sys.executable, "-m", "benchmarks.scaling", "--quick",
                         "--layouts", "core", "--out", str(tmp_path)],
                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=3600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -62,15 +62,10 @@ def test_scaling_quick(tmp_path):
                                            key=lambda m: (m["layout"], m["ranks"]))
 
 
-@pytest.mark.parametrize("first", [False, True])
-def test_plan_puts_overlap_after_or_before_its_sync_runs(first, monkeypatch):
+def test_plan_runs_each_layout_then_the_control(monkeypatch):
     from benchmarks import harness, scaling
 
     monkeypatch.setattr(harness, "cores", lambda: 4)
-    args = scaling.parse(["--ranks", "1,2", "--layouts", "core,fat", "--overlap-ranks", "2",
-                               "--control-ranks", "2", *(["--overlap-first"] if first else [])])[1]
-    got = [(s.ranks, s.layout, s.exchange) for s in scaling.plan(args, [1, 2])]
-    sync2 = [(2, "core", "sync"), (2, "fat", "sync")]
-    overlap2 = [(2, "core", "overlap")]
-    assert got == [(1, "core", "sync"), (1, "fat", "sync"), *(overlap2 + sync2 if first else sync2 + overlap2),
-                   (2, "independent", "sync")]
+    args = scaling.parse(["--ranks", "1,2", "--layouts", "core,fat", "--control-ranks", "2"])[1]
+    got = [(s.ranks, s.layout, s.threads) for s in scaling.plan(args, [1, 2])]
+    assert got == [(1, "core", 1), (1, "fat", 4), (2, "core", 1), (2, "fat", 2), (2, "independent", 1)]
