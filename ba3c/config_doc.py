@@ -79,8 +79,8 @@ def _removed() -> list[str]:
     return ["## Removed options", "",
             f"These options were removed because their experiments measured no gain; their code is in git history "
             f"({where}, the last commits that have them). A saved configuration that holds them with the behaviour "
-            f"that remains ({remains}) is read as if they were absent. A run that trained with a removed behaviour still "
-            f"evaluates, but does not resume: continue it with that commit.", ""]
+            f"that remains ({remains}) is read as if they were absent. A run that trained with a removed behaviour "
+            f"still evaluates, but does not resume: continue it with that commit.", ""]
 
 
 def render() -> str:
