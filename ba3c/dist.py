@@ -90,9 +90,9 @@ class MpiDist(Dist):
         self._MPI = MPI
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        # Gradients travel on their own communicator: with --allreduce per-tensor they are exchanged
-        # from an exchange thread while the main thread may gather statistics, and collectives on
-        # one communicator must not interleave between threads.
+        # Gradients (the host's flat buffer, fp16 sums) travel on a communicator of their own, apart
+        # from the control collectives on COMM_WORLD; the per-tensor exchange thread (OrderedExchange)
+        # duplicates one more, since collectives on one communicator must not interleave between threads.
         self.grad_comm = self.comm.Dup()
 
     def averages_in_graph(self, per_tensor: bool) -> bool:
