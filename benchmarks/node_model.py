@@ -152,6 +152,45 @@ def frames_per_s(node: NodeModel, net: Network, batch: int, nodes: int, cores: i
     return FRAMES_PER_STEP * nodes * batch / update_time(node, net, batch, nodes, cores).total_s
 
 
+@dataclass(frozen=True)
+class ProjectionPoint:
+    """Frames/s of N nodes at one per-node batch on one network (modelled): 4 N b / t_update, and the weak-scaling
+    efficiency, frames/s over N x one node's at the same per-node batch. `exchange`: sync (exposed in full, the
+    trainer's) or a measured exposed share's name (t = the rest + share x exchange)."""
+    network: str  # the key in `networks()`, e.g. ib100
+    network_name: str
+    exchange: str
+    nodes: int
+    cores: int
+    per_node_batch: int
+    global_batch: int
+    frames_per_s: float
+    efficiency: float
+    fixed_ms: float
+    train_ms: float
+    collect_ms: float
+    exchange_ms: float
+    modelled: bool = True
+
+
+def project(node: NodeModel, nets: dict[str, Network], cores: int, batches: tuple[int, ...] = (32, 64),
+            exposed: dict[str, float] | None = None) -> list[ProjectionPoint]:
+    """The weak-scaling projection: every node count of sm.NODE_COUNTS whose global batch the trainer allows, on each
+    network, at each per-node batch, through `update_time`."""
+    out = []
+    for key, net in nets.items():
+        for b in batches:
+            one = update_time(node, net, b, 1, cores).total_s
+            for n in (n for n in sm.NODE_COUNTS if n * b <= sm.MAX_GLOBAL_BATCH):
+                t = update_time(node, net, b, n, cores)
+                for exchange, share in (("sync", 1.0), *(exposed or {}).items()):
+                    total = t.total_s - (1.0 - share) * t.exchange_s
+                    out.append(ProjectionPoint(key, net.name, exchange, n, cores, b, n * b,
+                                               FRAMES_PER_STEP * n * b / total, one / total, 1e3 * t.fixed_s,
+                                               1e3 * t.train_s, 1e3 * t.collect_s, 1e3 * share * t.exchange_s))
+    return out
+
+
 # ---------------------------------------------------------------- inputs from the result files
 
 def load_json(path: str) -> dict[str, Any] | None:

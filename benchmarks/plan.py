@@ -40,7 +40,8 @@ from typing import Any
 from benchmarks import harness, node_model as nm, scaling_model as sm
 
 FRAMES_PER_STEP = nm.FRAMES_PER_STEP
-PAPER_MINUTES = 21.0  # arXiv 1801.02852: Breakout in 21 minutes on 64 nodes of 24 cores (768 cores)
+PAPER_MINUTES = 21.0  # arXiv 1801.02852: Breakout in 21 minutes on 64 nodes, 768 cores in all
+PAPER_CORES = 768
 GOAL = {"game": "breakout", "nodes": 64, "network": "ib100", "minutes": 2.0}  # the design goal: 10x the paper
 TARGETS = {32: 0.5, 64: 0.35}  # issue 44: time to Pong 18 against linear
 HEADLINE_NETWORKS = ("ib100", "10gbe")
@@ -143,8 +144,7 @@ def time_to_score_updates(path: str) -> tuple[Updates | None, str]:
     ranks = int(cfg["run"].get("rehearse_ranks", 1) or 1)
     batch = int(cfg["learn"]["train_batch"]) * ranks
     name = os.path.basename(path)
-    settings = (f"batch {batch}: {name}, {run_settings(cfg)}; target {d['target']:g} by {d['metric'].split(' (')[0]} "
-                f"({d.get('machine', {}).get('cpu', '?')}, {'reached' if d.get('reached') else 'NOT reached'})")
+    settings = f"Breakout batch {batch}: {run_settings(cfg)} (`{name}`)"
     if not d.get("reached") or not d.get("updates_to_target"):
         return None, settings
     return Updates(batch, float(d["updates_to_target"]), "measured", name), settings
@@ -163,8 +163,8 @@ def pong_game(batch_scaling: dict[str, Any]) -> Game:
     measured = measured_updates(frames)
     rules = {int(p["global_batch"]): p.get("rule") for p in batch_scaling.get("points", [])
              if any(u.source.startswith(p["point"] + " ") for u in measured)}
-    runs = tuple(f"batch {u.global_batch}: {u.source}, {rules.get(u.global_batch)} lr rule (studies/batch_scaling)"
-                 for u in measured)
+    runs = tuple(f"Pong batch {u.global_batch}: {rules.get(u.global_batch)} lr rule, reached by the "
+                 f"{u.source.split('(')[-1].rstrip(')')}" for u in measured)
     return Game("pong", "Pong 18", tuple(measured), tuple(f for f in frames if f.modelled), runs)
 
 
@@ -571,7 +571,8 @@ def report(s: Settings, net: nm.Network, game: Game, rows: Sequence[EnvelopeRow]
 def report_headline(games: Sequence[Game], nets: dict[str, nm.Network],
                     head: dict[str, dict[str, list[EnvelopeRow]]]) -> None:
     print("\nMINUTES TO A SCORE (MODELLED; core-hours in brackets; the planner's best global batch per node count; "
-          f"paper: Breakout in {PAPER_MINUTES:.0f} minutes on 64 nodes x 24 cores)")
+          f"paper: Breakout in {PAPER_MINUTES:.0f} minutes on 64 nodes, {PAPER_CORES} cores, "
+          f"{PAPER_MINUTES / 60 * PAPER_CORES:.0f} core-hours)")
     cols = [(g, k) for g in games for k in HEADLINE_NETWORKS]
     print(f"{'nodes':>5} " + " ".join(f"{g.name + ', ' + nets[k].name.split(' (')[0]:>28}" for g, k in cols))
     for i, r0 in enumerate(head[games[0].key][HEADLINE_NETWORKS[0]]):
@@ -684,7 +685,9 @@ def envelope_json(s: Settings, node: nm.NodeModel, nets: dict[str, nm.Network], 
     """The block scaling.json holds as `time_to_score_envelope` (the README's minutes table is made from it)."""
     return {"written_by": "benchmarks/plan.py", "modelled": True, "settings": asdict(s),
             "node_model": node.to_json(), "networks": {k: asdict(nets[k]) for k in HEADLINE_NETWORKS},
-            "paper_minutes": PAPER_MINUTES, "goal": goal, "sensitivity": list(sens),
+            "paper": {"minutes": PAPER_MINUTES, "nodes": 64, "cores": PAPER_CORES, "game": "Breakout",
+                      "source": "Adamski et al., arXiv 1801.02852 (their protocol and threshold)"},
+            "goal": goal, "sensitivity": list(sens),
             "games": {g.key: {"name": g.name, "runs": list(g.runs), "updates_measured": [asdict(u) for u in g.measured],
                               "by_network": {k: [r.to_json() for r in rows] for k, rows in head[g.key].items()}}
                       for g in games},
