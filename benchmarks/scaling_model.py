@@ -6,16 +6,11 @@ fitted by least squares to measured (r, bytes, seconds) points. An update on r r
     sync exchange:    t = t_compute + t_allreduce(r),   efficiency = t_compute / t
     with rank waiting: t = E[max over the r ranks of a per-update time] + t_allreduce(r)   (expected_max_s:
                       every rank waits for the slowest; t_compute above is the mean, which no rank waits on)
-    overlap (ideal):  t = max(t_compute, t_allreduce(r))   (a bound: the exchange wholly hidden)
-    measured exchange overlap: t = t_compute + exposed * t_allreduce(r)   (exposed: measured share)
 Weak-scaling efficiency of a measured run: its frames/s over r x one rank's (over one rank's for
 the `fat` layout, where every rank count shares the same cores).
 
-A node's rate on c cores (fitted, not assumed linear): Amdahl's law through measured speedups,
-    speedup(c) = c / (1 + serial (c - 1)).
-Time to a score on N nodes (modelled): frames to the score at global batch N x b (measured at a few
-batches, interpolated log-log between them; beyond them, modelled from the gradient noise scale measured
-along one run, below) / the projected frames/s at N nodes.
+A node (its cores, its fixed cost per update) and every projection to N nodes: benchmarks/node_model.py, the one
+node model; minutes to a score per node count: benchmarks/plan.py.
 Frames to a score at batch B from the noise scale B_noise (McCandlish et al. 2018, "An empirical model of
 large-batch training": E(B) = E_min (1 + B / B_noise)), applied to each frame window of a run measured at b:
     frames(B) = sum over windows of frames_w x (1 + B / B_noise,w) / (1 + b / B_noise,w).
