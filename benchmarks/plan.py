@@ -2,7 +2,7 @@
 the planner (modelled).
 
     python -m benchmarks.plan [--nodes 64] [--cores-per-node 24] [--network ib100] [--node FILE] [--threads FILE]
-            [--batch-scaling FILE] [--breakout FILES] [--scaling FILE] [--shaped-links FILE]
+            [--batch-scaling FILE] [--breakout FILES] [--scaling FILE] [--shaped-links FILE] [--fixed-cost A,B]
 
 For each game, each node count N (1, 2, 4, ... up to --nodes) and each global batch B (powers of two up to the
 trainer's 4,096, at least N), with per-node batch b = B / N (`--train-batch b` on N ranks, one per node):
@@ -49,7 +49,7 @@ LOCAL_STEPS = (2, 4, 8)  # local SGD's averaging periods (updates between weight
 STEP_TIME = os.path.join(nm.STEP_TIME_DIR, "step_time.json")
 FLOOR_PROBE = os.path.join(nm.STEP_TIME_DIR, "floor_probe.json")
 # the learner's fixed-cost A/B at one thread (Keras 3's Adam and three read backs, then the fused Adam and one)
-FIXED_COST = tuple(os.path.join(nm.STEP_TIME_DIR, f"fixed_cost-{w}.json") for w in ("before", "after"))
+FIXED_COST = ",".join(os.path.join(nm.STEP_TIME_DIR, f"fixed_cost-{w}.json") for w in ("before", "after"))
 BATCH_SCALING = os.path.join(harness.ROOT, "studies", "batch_scaling", "results", "batch_scaling.json")
 TIME_TO_SCORE = os.path.join(harness.RESULTS, "time_to_score")
 # Breakout to 300 at global batch 64 (one rank) and 2048 (the paper's preset, 64 ranks rehearsed on one)
@@ -725,6 +725,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="scaling.json: collection cost and Horovod's overhead; gains the envelope")
     p.add_argument("--floor-probe", default=FLOOR_PROBE,
                    help="benchmarks/floor_probe.py's JSON: a sharded optimizer's parts, modelled beside the envelope")
+    p.add_argument("--fixed-cost", default=FIXED_COST,
+                   help="the fixed-cost A/B at one thread, BEFORE,AFTER JSONs (the fused-Adam cut, a sensitivity row)")
     p.add_argument("--no-write-scaling", action="store_true", help="leave scaling.json unchanged")
     p.add_argument("--out", default=OUT, help="where plan.json and plan.png go")
     args = p.parse_args(argv)
@@ -773,7 +775,8 @@ def main(argv: list[str] | None = None) -> int:
     if breakout and s.nodes >= GOAL["nodes"]:
         row = next(r for r in head[breakout.key][GOAL["network"]] if r.nodes == GOAL["nodes"])
         goal = goal_check(row, GOAL["minutes"])
-    cut = fixed_cost_cut(*(load_json(f) for f in FIXED_COST))
+    ab = [load_json(f) for f in args.fixed_cost.split(",")]
+    cut = fixed_cost_cut(*ab) if len(ab) == 2 else None
     sens = sensitivity(s, node, nets, breakout or games[0], s.nodes, one_thread_fixed(threads), cut)
     report_goal(goal, sens)
     checks = model_check(load_json(args.step_time), load_json(args.node), node)
@@ -793,7 +796,8 @@ def main(argv: list[str] | None = None) -> int:
                                         "updates_measured": [asdict(u) for u in g.measured]} for g in games},
                       "files": {k: os.path.relpath(getattr(args, k), harness.ROOT) for k in
                                 ("node", "threads", "step_time", "shaped_links", "exchange", "batch_scaling",
-                                 "scaling", "floor_probe")} | {"breakout": args.breakout}},
+                                 "scaling", "floor_probe")} | {"breakout": args.breakout,
+                                                               "fixed_cost": args.fixed_cost}},
            "envelope": {g.key: [r.to_json() for r in full[g.key]] for g in games},
            "time_to_score": {g: {k: [r.to_json() for r in rows] for k, rows in by.items()} for g, by in head.items()},
            "paper_minutes": PAPER_MINUTES, "goal": goal, "sensitivity": sens,
