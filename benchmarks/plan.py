@@ -671,7 +671,7 @@ def plot(games: Sequence[Game], nets: dict[str, nm.Network], head: dict[str, dic
         ax.set_xscale("log", base=2)
         ax.set_xlabel("nodes")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="lower left" if ax is ax1 else "upper right")
     fig.suptitle(f"planner (MODELLED, benchmarks/node_model.py): {s.cores_per_node} cores per node, best global "
                  "batch per node count", fontsize=9)
     fig.tight_layout()
