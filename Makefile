@@ -57,7 +57,8 @@ docs: $(STAMP)
 throughput-benchmark: $(STAMP)
 	$(PY) -m benchmarks.throughput $(ARGS)
 
-# the scaling runs, then the planner (best --train-batch per node count) from them; PLAN_ARGS e.g.
+# the scaling runs, then the planner (minutes to Breakout 300 and Pong 18 and the best --train-batch per node
+# count, by the same node model); PLAN_ARGS e.g.
 # "--nodes 64 --cores-per-node 24 --network ib100"
 scaling-benchmark: $(STAMP)
 	$(PY) -m benchmarks.scaling $(ARGS)

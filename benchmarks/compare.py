@@ -270,36 +270,64 @@ def render_paper_rows(rows: list[Row]) -> list[str]:
     return lines
 
 
+README_NETWORKS = ("ib100", "10gbe")  # the projection's networks in the README (10 GbE at the measured fraction)
+
+
 def render_scaling(path: str | Path) -> list[str]:
-    """The scaling headline from a scaling.json: measured frames/s and efficiency on this machine, and the
-    64-node projection (modelled) of the default exchange on the fitted node model."""
+    """The scaling headline from a scaling.json: measured frames/s and efficiency on this machine, the 64-node
+    frames/s projection, and minutes to a score per node count (time_to_score_envelope, written by
+    benchmarks/plan.py), both from the one node model (benchmarks/node_model.py) and labelled modelled."""
     d = json.loads(Path(path).read_text())
-    lines = ["| setting | frames/s | efficiency | measured or modelled |", "|---|---|---|---|"]
+    lines = ["| setting | frames/s | weak-scaling efficiency | measured or modelled |", "|---|---|---|---|"]
     for m in d["measured"]:
         if m["layout"] == "core" and m["exchange"] == "sync":
             what = "1 rank, 1 core" if m["ranks"] == 1 else f"{m['ranks']} ranks, 1 core each"
             lines.append(f"| {what} | {m['frames_per_s']:,.0f} | {m['efficiency']:.2f} | measured, {d['date'][:10]} |")
-    for p in d["projection"]:
-        if (p["nodes"] == 64 and p["model"] == "nature" and p["exchange"] == "sync" and p["global_batch"] == 2048
-                and p["node_model"].startswith("fitted")):
-            lines.append(f"| 64 nodes x {d['projection_node']['cores']} cores, {p['network']} | "
+    for p in d.get("projection", []):
+        if (p["nodes"] == 64 and p["exchange"] == "sync" and p["per_node_batch"] == 32
+                and p["network"] in README_NETWORKS):
+            lines.append(f"| 64 nodes x {p['cores']} cores, 32 per node, {p['network_name']} | "
                          f"{p['frames_per_s']:,.0f} | {p['efficiency']:.2f} | modelled |")
-    envelope = d.get("time_to_score_envelope")
-    if envelope:  # written by benchmarks/plan.py: time to Pong 18, which is what "scaling" means to a user
-        s = envelope["settings"]
-        lines += ["", f"Time to a Pong return of 18 (modelled by `benchmarks/plan.py`: updates to 18 measured at "
-                      f"global batch 64-1,024, per-update time from a fitted node model; {s['cores_per_node']}-core "
-                      f"nodes, {envelope['network']['name']}; each efficiency against its own layout's 1-node "
-                      "time):", "",
-                  "| nodes | planner's global batch (per node) | minutes | efficiency vs linear | "
-                  f"{s['fixed_per_node_batch']} per node: minutes | efficiency |",
-                  "|---|---|---|---|---|---|"]
-        for r in envelope["rows"]:
-            if r["nodes"] in (1, 8, 32, 64):
-                f = r["fixed_per_node_batch"]
-                lines.append(f"| {r['nodes']} | {r['global_batch']:,} ({r['per_node_batch']}) | {r['minutes']:.1f} "
-                             f"| {r['efficiency_vs_linear']:.2f} | {f['minutes']:.1f} "
-                             f"| {f['efficiency_vs_linear']:.2f} |")
+    env = d.get("time_to_score_envelope")
+    if not env or "games" not in env:
+        return lines
+    games, nets = env["games"], list(env["networks"])
+    net_name = {"ib100": "IB", "10gbe": "10 GbE"}
+    cores = env["settings"]["cores_per_node"]
+    lines += ["", f"Minutes to a score on N nodes of {cores} cores (modelled by `benchmarks/plan.py` with the same "
+                  "node model; core-hours in brackets; B: the planner's global batch, per node in brackets; eff: "
+                  "against the best 1-node layout):", "",
+              "| nodes | " + " | ".join(
+                  f"{g['name']}, {net_name.get(k, k)}: min (core-h)" + (" | B | eff" if k == nets[0] else "")
+                  for g in games.values() for k in nets) + " |",
+              "|---" * (1 + len(games) * (len(nets) + 2)) + "|"]
+    for i, r0 in enumerate(next(iter(games.values()))["by_network"][nets[0]]):
+        cells = [str(r0["nodes"])]
+        for g in games.values():
+            for k in nets:
+                r = g["by_network"][k][i]
+                cells.append(f"{r['minutes']:.1f} ({r['core_hours']:,.0f})")
+                if k == nets[0]:
+                    cells += [f"{r['global_batch']:,} ({r['per_node_batch']})", f"{r['efficiency_vs_linear']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    paper = env["paper"]
+    lines += ["", f"IB: 100 Gb/s InfiniBand ({env['networks'][nets[0]]['source']}); 10 GbE: "
+                  f"{env['networks'][nets[1]]['source'].split(';')[0]}. The paper ({paper['source']}): "
+                  f"{paper['game']} in {paper['minutes']:.0f} minutes on {paper['nodes']} nodes, {paper['cores']} "
+                  f"cores ({paper['minutes'] / 60 * paper['cores']:,.0f} core-hours)."]
+    goal = env.get("goal")
+    if goal:
+        lines.append(f"The design goal, Breakout 300 on {goal['nodes']} nodes in {goal['goal_minutes']:.0f} minutes on "
+                     f"InfiniBand, is {'met' if goal['met'] else 'not met'} by the model ({goal['minutes']:.2f} "
+                     f"minutes: {goal['updates']:,.0f} updates x {1e3 * goal['step_s']:.1f} ms)"
+                     + ("." if goal["met"] else
+                        f"; it needs {1e3 * goal['needed_step_s']:.1f} ms per update (a fixed cost of "
+                        f"{1e3 * goal['needed_fixed_s']:.1f} ms instead of {1e3 * goal['fixed_s']:.1f}) or "
+                        f"{goal['needed_updates']:,.0f} updates."))
+    lines.append("Updates to the score (measured): " + "; ".join(
+        f"{g['name']}: " + ", ".join(f"{u['updates']:,.0f} at batch {u['global_batch']}" for u in g["updates_measured"])
+        for g in games.values()) + ". The runs' settings: " + "; ".join(r for g in games.values() for r in g["runs"])
+        + ".")
     return lines
 
 

@@ -11,15 +11,12 @@
 3. Model (fitted, benchmarks/scaling_model.py): t_update(r) = t_compute + t_allreduce(r), with
    t_allreduce(r) = a + 2(r-1)/r * bytes / bandwidth + 2(r-1) * latency (ring allreduce),
    a, latency, bandwidth fitted to the sweep; t_compute from the 1-rank run.
-4. Projection (modelled, labelled so): frames/s and efficiency for 1..128 nodes of a stated node
-   on stated networks, global batch up to 2048; a node's cores scale by Amdahl's law fitted to
-   measured speedups (this machine's 1 vs 2 threads, the 16-core device's train step), beside the
-   old linear assumption.
-5. Time to a score (modelled): minutes to Pong 18 against nodes = frames to 18 at that global batch
-   (measured by studies/batch_scaling, interpolated between measured batches; where no measurement
-   answers, MODELLED from the gradient noise scale batch_scaling.json holds) / projected frames/s, beside
-   ideal linear scaling and the paper's 21 minutes on 64 nodes.
-Writes scaling.json and scaling.png in --out (default benchmarks/results/scaling), and prints a table.
+4. Projection (modelled, labelled so): frames/s and weak-scaling efficiency for 1..128 nodes of --node-cores
+   cores on 100 Gb/s InfiniBand and 10 GbE, per-node batch 32 and 64, by benchmarks/node_model.py's
+   `update_time`, the one node model the planner uses too (its inputs: --node, --threads, this run's
+   collection cost and Horovod fit, --shaped-links; each labelled in the JSON's `node_model`).
+Minutes to a score per node count are the planner's (python -m benchmarks.plan, which make scaling-benchmark runs
+next). Writes scaling.json and scaling.png in --out (default benchmarks/results/scaling), and prints a table.
 """
 from __future__ import annotations
 
@@ -37,14 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import harness, scaling_model as sm
+from benchmarks import harness, node_model as nm
 from benchmarks.scaling_results import (
     AllreduceSweep,
     Analysis,
     Measurement,
     ScalingData,
     analyze,
-    frames_from_batch_scaling,
     to_json,
 )
 
@@ -208,33 +204,9 @@ def measure(args: argparse.Namespace, s: Settings, ranks: list[int], reps: int, 
         save()
 
 
-PAPER_MINUTES = 21.0  # arXiv 1801.02852: 21 minutes on 64 nodes (768 cores); their game and threshold, not Pong 18
-
-
-def plot_time_to_score(ax, a: Analysis) -> None:
-    tts = a.time_to_score or {}
-    for exchange, style in (("sync", "o-"), ("overlap", "^--")):
-        pts = [p for p in tts.get("by_exchange", {}).get(exchange, []) if p["minutes"] is not None]
-        if pts:
-            line = ax.plot([p["nodes"] for p in pts], [p["minutes"] for p in pts], style,
-                           label=f"PROJECTED, {exchange} exchange")[0]
-            guessed = [p for p in pts if p["frames_source"].startswith("MODELLED")]
-            if guessed:  # frames from the noise-scale model, not from a measured batch: hollow
-                ax.plot([p["nodes"] for p in guessed], [p["minutes"] for p in guessed], style[0], ms=9, mfc="white",
-                        color=line.get_color(), label=f"{exchange}: frames to 18 MODELLED from the noise scale")
-    sync = [p for p in tts.get("by_exchange", {}).get("sync", []) if p["ideal_minutes"] is not None]
-    if sync:
-        ax.plot([p["nodes"] for p in sync], [p["ideal_minutes"] for p in sync], "k:",
-                label="ideal linear (from 1 node)")
-    ax.plot([64], [PAPER_MINUTES], "r*", ms=12, label="paper: 21 min at 64 nodes (their game)")
-    ax.set_yscale("log")
-    ax.set_title(f"minutes to Pong 18 (modelled), {tts.get('network', '')}, {tts.get('node_model', '')} node",
-                 fontsize=8)
-
-
 def plot(data: ScalingData, a: Analysis, path: str) -> None:
     plt = harness.pyplot()
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
 
     def both(pts, style: str, label1: str, label2: str, **kw) -> None:
         if pts:
@@ -258,18 +230,13 @@ def plot(data: ScalingData, a: Analysis, path: str) -> None:
         if a.box_prediction:
             ax2.plot([p["ranks"] for p in a.box_prediction], [p["efficiency"] for p in a.box_prediction], "x--",
                      label="modelled (fit), this box")
-    for name in sm.NETWORKS:
-        for model in ("nature", "paper"):
-            for node_model, style in (("linear (assumed)", ":"), ("fitted (Amdahl)", "--")):
-                pts = [p for p in a.projection if p.network == name and p.per_rank_batch == 32 and p.model == model
-                       and p.exchange == "sync" and p.node_model == node_model]
-                if pts:
-                    ax2.plot([p.nodes for p in pts], [p.efficiency for p in pts], style, alpha=0.7,
-                             label=f"PROJECTED {name}, {model} net, {node_model} node")
-    plot_time_to_score(ax3, a)
+    for key, net in a.networks.items():
+        pts = [p for p in a.projection if p.network == key and p.per_node_batch == 32 and p.exchange == "sync"]
+        if pts:
+            ax2.plot([p.nodes for p in pts], [p.efficiency for p in pts], "--", alpha=0.7,
+                     label=f"PROJECTED (node model), {net.name}, {pts[0].cores} cores, 32 per node")
     for ax, xlabel, ylabel in ((ax1, "ranks (measured)", "frames/s, all ranks"),
-                               (ax2, "ranks / nodes", "weak-scaling efficiency"),
-                               (ax3, "nodes", "minutes")):
+                               (ax2, "ranks / nodes", "weak-scaling efficiency")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -301,39 +268,23 @@ def report(a: Analysis, node_cores: int) -> None:
         if f:
             print(f"fit {b}: overhead {1e3 * f.overhead_s:.2f} ms, latency {1e6 * f.latency_s:.1f} us, "
                   f"bandwidth {f.bandwidth_bytes_per_s / 1e9:.2f} GB/s (modelled from {f.points} points)")
-    if a.node_fit is not None:
-        f = a.node_fit
-        print(f"node model: {f.label}, serial fraction {f.serial:.3f}, speedup on {node_cores} cores "
-              f"{f.speedup(node_cores):.1f}x (linear: {node_cores}x), from: "
-              + "; ".join(f"{p.cores} cores {p.speedup:.2f}x [{p.source}]" for p in f.points))
+    if a.node_model is not None:
+        n = a.node_model
+        print(f"node model (benchmarks/node_model.py; the planner's too): fixed cost {1e3 * n.fixed_s.value:.2f} ms at "
+              f"{n.threads} threads ({n.fixed_s.label}) -> {1e3 * n.fixed_at(node_cores):.2f} on {node_cores} (serial "
+              f"fraction {n.serial.value:.2f}, {n.serial.label}); train {1e3 * n.train_s_per_sample.value:.4f} "
+              f"ms/sample at {n.threads} threads ({n.train_s_per_sample.label}); collection "
+              f"{1e3 * n.collect_s_per_sample_core.value:.2f} ms/sample/core ({n.collect_s_per_sample_core.label})")
     for pr in a.projection:
-        if pr.nodes == 64 and pr.per_rank_batch == 32:
-            print(f"PROJECTED 64 nodes x {node_cores} cores ({pr.node_model} node), {pr.network}, {pr.model} net, "
-                  f"{pr.exchange} exchange, global batch 2048: {pr.frames_per_s:,.0f} frames/s, "
-                  f"efficiency {pr.efficiency:.2f}, exposed exchange {1 - pr.efficiency:.1%} of an update "
-                  f"(sync allreduce share {pr.allreduce_share:.1%})")
-    report_time_to_score(a)
-
-
-def report_time_to_score(a: Analysis) -> None:
-    tts = a.time_to_score
-    if not tts:
-        print("time to score: no batch-scaling result to project from (run python -m studies.batch_scaling)")
-        return
-    print(f"\nPROJECTED minutes to Pong 18 (MODELLED: frames to 18 at each global batch, measured or as the last "
-          f"column says / projected frames/s; "
-          f"Nature CNN, {tts['network']}, {tts['node_model']} node, {tts['per_node_batch']} per node); "
-          f"paper: {PAPER_MINUTES:.0f} min at 64 nodes (its own game and threshold)")
-    print(f"{'nodes':>5} {'batch':>6} {'exchange':>9} {'frames to 18':>13} {'frames/s':>10} {'minutes':>8} "
-          f"{'ideal':>7}  frames from")
-    for exchange, rows in tts["by_exchange"].items():
-        for p in rows:
-            frames = "-" if p["frames_to_score"] is None else f"{p['frames_to_score'] / 1e6:.1f} M"
-            print(f"{p['nodes']:>5} {p['global_batch']:>6} {exchange:>9} {frames:>13} {p['frames_per_s']:>10,.0f} "
-                  f"{_f(p['minutes'], '>8.1f')} {_f(p['ideal_minutes'], '>7.1f')}  {p['frames_source']}")
+        if pr.nodes == 64 and pr.per_node_batch == 32:
+            print(f"PROJECTED 64 nodes x {pr.cores} cores, {pr.network_name}, {pr.exchange} exchange, global batch "
+                  f"2048: {pr.frames_per_s:,.0f} frames/s, weak-scaling efficiency {pr.efficiency:.2f} (ms per update: "
+                  f"fixed {pr.fixed_ms:.2f}, train {pr.train_ms:.2f}, collection {pr.collect_ms:.2f}, exchange "
+                  f"{pr.exchange_ms:.2f})")
     for pt in (a.prediction_from or {}).get("points", []):
         print(f"model from {a.prediction_from['file']}: {pt['ranks']} ranks predicted {pt['predicted']:.2f}, "
               f"measured {pt['measured']:.2f} (error {pt['error']:+.2f})")
+    print("minutes to a score per node count: python -m benchmarks.plan (the same node model)")
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace, list[str]]:
@@ -362,10 +313,12 @@ def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Nam
     p.add_argument("--node-cores", type=int, default=24, help="cores of the projected node (paper: 24)")
     p.add_argument("--out", default=os.path.join(harness.RESULTS, "scaling"))
     p.add_argument("--name", default="scaling", help="output file stem")
-    p.add_argument("--batch-scaling", default=os.path.join(harness.ROOT, "studies", "batch_scaling", "results",
-                                                           "batch_scaling.json"),
-                   help="studies/batch_scaling's result: frames to the score per global batch (for the "
-                        "time-to-score projection; '' for none)")
+    p.add_argument("--node", default=nm.NODE_FILE,
+                   help="the train step timed on a many-core machine (step_time.json layout): the node model's anchor")
+    p.add_argument("--threads", default=nm.THREADS_FILE,
+                   help="the fixed cost at 1 and 2 threads (step_time.json layout): its serial fraction")
+    p.add_argument("--shaped-links", default=nm.SHAPED_LINKS_FILE,
+                   help="the shaped-link study's Horovod JSON (TCP's fraction of line rate)")
     p.add_argument("--exposed", default="",
                    help="measured exposed share of the exchange per mode, NAME=SHARE[,...] (e.g. from the exchange "
                         "benchmark): adds projection rows t = compute + share x exchange")
@@ -417,13 +370,6 @@ def run_measurements(args: argparse.Namespace, extra: list[str], json_path: str)
     return data
 
 
-def frames_to_score(path: str) -> list[sm.FramesToScore]:
-    if not path or not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        return frames_from_batch_scaling(json.load(fh))
-
-
 def _exposed(p: argparse.ArgumentParser, text: str) -> dict[str, float]:
     out = {}
     for item in (x for x in text.split(",") if x):
@@ -454,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.fit_from) as fh:
             other = json.load(fh)
     exposed = _exposed(p, args.exposed)
-    a = analyze(data, args.node_cores, other, args.fit_from, frames_to_score(args.batch_scaling), exposed)
+    a = analyze(data, args.node_cores, other, args.fit_from, exposed, args.node, args.threads,
+                nm.load_json(args.shaped_links))
     out = to_json(data, a)
     if exposed:
         out["projection_exposed"] = {

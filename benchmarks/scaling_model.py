@@ -6,16 +6,11 @@ fitted by least squares to measured (r, bytes, seconds) points. An update on r r
     sync exchange:    t = t_compute + t_allreduce(r),   efficiency = t_compute / t
     with rank waiting: t = E[max over the r ranks of a per-update time] + t_allreduce(r)   (expected_max_s:
                       every rank waits for the slowest; t_compute above is the mean, which no rank waits on)
-    overlap (ideal):  t = max(t_compute, t_allreduce(r))   (a bound: the exchange wholly hidden)
-    measured exchange overlap: t = t_compute + exposed * t_allreduce(r)   (exposed: measured share)
 Weak-scaling efficiency of a measured run: its frames/s over r x one rank's (over one rank's for
 the `fat` layout, where every rank count shares the same cores).
 
-A node's rate on c cores (fitted, not assumed linear): Amdahl's law through measured speedups,
-    speedup(c) = c / (1 + serial (c - 1)).
-Time to a score on N nodes (modelled): frames to the score at global batch N x b (measured at a few
-batches, interpolated log-log between them; beyond them, modelled from the gradient noise scale measured
-along one run, below) / the projected frames/s at N nodes.
+A node (its cores, its fixed cost per update) and every projection to N nodes: benchmarks/node_model.py, the one
+node model; minutes to a score per node count: benchmarks/plan.py.
 Frames to a score at batch B from the noise scale B_noise (McCandlish et al. 2018, "An empirical model of
 large-batch training": E(B) = E_min (1 + B / B_noise)), applied to each frame window of a run measured at b:
     frames(B) = sum over windows of frames_w x (1 + B / B_noise,w) / (1 + b / B_noise,w).
@@ -25,7 +20,7 @@ segments (studies/shaped_links measures allreduce over such links).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -169,118 +164,6 @@ def weak_scaling_efficiency(frames_per_s: float, ranks: int, base_frames_per_s: 
 
 
 @dataclass(frozen=True)
-class SpeedupPoint:
-    """Measured: work on `cores` cores ran `speedup` times its rate on one core (`source` says what ran where)."""
-    cores: int
-    speedup: float
-    source: str
-
-
-@dataclass(frozen=True)
-class NodeFit:
-    """A node's speedup over one core: Amdahl's law, speedup(c) = c / (1 + serial (c - 1)).
-
-    serial = 0 is the old assumption (linear inside a node); otherwise fitted to `points`.
-    """
-    serial: float
-    points: tuple[SpeedupPoint, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return "fitted (Amdahl)" if self.points else "linear (assumed)"
-
-    def speedup(self, cores: int) -> float:
-        return cores / (1.0 + self.serial * (cores - 1))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"serial_fraction": self.serial, "label": self.label, "points": [asdict(p) for p in self.points],
-                "speedup_at": {str(c): self.speedup(c) for c in (1, 2, 4, 8, 12, 16, 24)}}
-
-
-LINEAR_NODE = NodeFit(0.0)
-
-
-def fit_node(points: Iterable[SpeedupPoint]) -> NodeFit | None:
-    """Least squares through the origin for c / s - 1 = serial (c - 1) (Amdahl, linear in `serial`).
-
-    Points with c < 2 carry no information and are dropped; none left: None. `serial` is clipped
-    to [0, 1] (super-linear noise would otherwise give a negative serial fraction).
-    """
-    pts = tuple(p for p in points if p.cores >= 2)
-    if not pts:
-        return None
-    x = np.array([p.cores - 1.0 for p in pts])
-    y = np.array([p.cores / p.speedup - 1.0 for p in pts])
-    serial = float(np.clip(x @ y / (x @ x), 0.0, 1.0))
-    return NodeFit(serial, pts)
-
-
-@dataclass(frozen=True)
-class NetModel:
-    """A network to project: its per-node pipeline rate (agent steps/s) and gradient size."""
-    name: str
-    node_steps_per_s: float
-    floats: int = MODEL_FLOATS  # the gradient message, in float32s
-    node_model: str = LINEAR_NODE.label
-
-
-@dataclass(frozen=True)
-class ProjectionPoint:
-    network: str
-    model: str
-    exchange: str
-    nodes: int
-    per_rank_batch: int
-    global_batch: int
-    frames_per_s: float
-    efficiency: float
-    allreduce_share: float
-    t_compute_ms: float
-    t_allreduce_ms: float
-    node_model: str = LINEAR_NODE.label
-    modelled: bool = True
-
-
-def net_models(per_core_steps: float, node_cores: int, train_rates: dict[str, Any] | None,
-               node: NodeFit = LINEAR_NODE) -> list[NetModel]:
-    """The Nature CNN at the measured rate, and the paper's network scaled by the measured ratio of the
-    two networks' train-step rates (training dominates the pipeline); `node` scales one core to a node."""
-    node_steps = per_core_steps * node.speedup(node_cores)
-    nets = [NetModel("nature", node_steps, node_model=node.label)]
-    if train_rates and "paper" in train_rates and "nature" in train_rates:
-        ratio = (train_rates["paper"]["train_samples_per_s_1thread"]
-                 / train_rates["nature"]["train_samples_per_s_1thread"])
-        nets.append(NetModel("paper", node_steps * ratio, int(train_rates["paper"]["params"]), node.label))
-    return nets
-
-
-def project(nets: Sequence[NetModel], overhead_s: float, batches: Sequence[int],
-            networks: dict[str, Link] = NETWORKS, frames_per_step: int = 4,
-            exposed: dict[str, float] | None = None) -> list[ProjectionPoint]:
-    """Frames/s and efficiency for N nodes (one fat rank each) on each network. Modelled.
-
-    Per-node compute time for a batch b: b / node rate. `sync`: the exchange is added to the
-    update; `overlap`: t = max(compute, exchange), an exchange wholly hidden behind compute (a bound;
-    no trainer option does it since --exchange overlap was removed, measured slower); each
-    `exposed` entry NAME: share adds t = compute + share x exchange (a measured exposed share).
-    """
-    out = []
-    for name, link in networks.items():
-        fit = AllreduceFit(overhead_s, link.bandwidth_bytes_per_s, link.latency_s)
-        for net in nets:
-            for b in batches:
-                for n in (n for n in NODE_COUNTS if b * n <= MAX_GLOBAL_BATCH):
-                    tc = b / net.node_steps_per_s
-                    ta = t_allreduce(n, BYTES_PER_FLOAT * net.floats, fit)
-                    times = [("sync", tc + ta), ("overlap", max(tc, ta))]
-                    times += [(ex, tc + share * ta) for ex, share in (exposed or {}).items()]
-                    for exchange, t in times:
-                        out.append(ProjectionPoint(name, net.name, exchange, n, b, b * n, frames_per_step * n * b / t,
-                                                   tc / t, ta / (tc + ta), 1000 * tc, 1000 * ta, net.node_model))
-    return out
-
-
-@dataclass(frozen=True)
 class FramesToScore:
     """Frames a run at `global_batch` needed to reach the score (None: not reached): measured, or
     `modelled` (from the noise scale; used only where no measurement answers)."""
@@ -303,83 +186,6 @@ def frames_from_noise_scale(windows: Sequence[tuple[float, float]], measured_bat
             raise ValueError(f"window ({frames}, {b_noise}): frames must be >= 0 and the noise scale > 0")
         total += frames * (1 + batch / b_noise) / (1 + measured_batch / b_noise)
     return total
-
-
-def frames_at_batch(measured: Sequence[FramesToScore], batch: int) -> tuple[float | None, str]:
-    """Frames to the score at `batch` and how that number was obtained.
-
-    At a measured batch: that measurement. Between two measured batches that both reached it:
-    interpolated linearly in log(frames) against log(batch). Below the smallest measured batch:
-    taken equal to it (assumed: smaller batches are not expected to need more frames). Above
-    the largest, or next to a batch that did not reach the score: the modelled entry for `batch`
-    where `measured` holds one (its source says MODELLED), else None.
-    """
-    frames, how = _measured_frames_at_batch([m for m in measured if not m.modelled], batch)
-    if frames is not None:
-        return frames, how
-    model = [m for m in measured if m.modelled and m.global_batch == batch and m.frames]
-    if not model:
-        return None, how
-    return model[0].frames, f"MODELLED from the {model[0].source}"
-
-
-def _measured_frames_at_batch(measured: Sequence[FramesToScore], batch: int) -> tuple[float | None, str]:
-    pts = sorted(measured, key=lambda m: m.global_batch)
-    if not pts:
-        return None, "no batch measured"
-    same = [m for m in pts if m.global_batch == batch]
-    if same:
-        return (same[0].frames, "measured") if same[0].frames else (None, _not_reached(same[0]))
-    lo = [m for m in pts if m.global_batch < batch]
-    hi = [m for m in pts if m.global_batch > batch]
-    if not hi:
-        return None, f"beyond the largest measured batch ({pts[-1].global_batch})"
-    up = hi[0]
-    if not up.frames:
-        return None, _not_reached(up)
-    if not lo:
-        return up.frames, f"assumed equal to batch {up.global_batch} (smallest measured)"
-    down = lo[-1]
-    if not down.frames:
-        return None, _not_reached(down)
-    w = (np.log(batch) - np.log(down.global_batch)) / (np.log(up.global_batch) - np.log(down.global_batch))
-    return float(np.exp((1 - w) * np.log(down.frames) + w * np.log(up.frames))), \
-        f"interpolated between batches {down.global_batch} and {up.global_batch}"
-
-
-def _not_reached(m: FramesToScore) -> str:
-    return f"not reached at batch {m.global_batch}" + (f" ({m.source})" if m.source else "")
-
-
-@dataclass(frozen=True)
-class TimeToScorePoint:
-    nodes: int
-    global_batch: int
-    frames_to_score: float | None
-    frames_source: str
-    frames_per_s: float
-    minutes: float | None
-    ideal_minutes: float | None  # one node's minutes / N
-    modelled: bool = True
-
-
-def project_time_to_score(points: Sequence[ProjectionPoint],
-                          measured: Sequence[FramesToScore]) -> list[TimeToScorePoint]:
-    """Minutes to the score against nodes: frames at that global batch / projected frames/s. Modelled.
-
-    `points`: one projection row per node count (one network, interconnect, exchange, batch).
-    """
-    rows = sorted(points, key=lambda p: p.nodes)
-    out: list[TimeToScorePoint] = []
-    one: float | None = None
-    for p in rows:
-        frames, how = frames_at_batch(measured, p.global_batch)
-        minutes = None if frames is None else frames / p.frames_per_s / 60.0
-        if p.nodes == 1:
-            one = minutes
-        out.append(TimeToScorePoint(p.nodes, p.global_batch, frames, how, p.frames_per_s, minutes,
-                                    None if one is None else one / p.nodes))
-    return out
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from benchmarks import scaling_model as sm
+from benchmarks import node_model as nm, scaling_model as sm
 
 
 @dataclass(frozen=True)
@@ -110,11 +110,10 @@ class Analysis:
     fits: dict[str, sm.AllreduceFit | None]
     t_compute_s: float | None = None
     box_prediction: list[dict[str, Any]] = field(default_factory=list)
-    projection_node: dict[str, Any] | None = None
-    projection: list[sm.ProjectionPoint] = field(default_factory=list)
+    node_model: nm.NodeModel | None = None
+    projection: list[nm.ProjectionPoint] = field(default_factory=list)
     prediction_from: dict[str, Any] | None = None
-    node_fit: sm.NodeFit | None = None
-    time_to_score: dict[str, Any] | None = None
+    networks: dict[str, nm.Network] = field(default_factory=dict)
 
 
 def score(data: ScalingData) -> list[Scored]:
@@ -129,48 +128,14 @@ def score(data: ScalingData) -> list[Scored]:
     return out
 
 
-# Measured on a lent 16-core Xeon (2026-11; docs/results/scaling.md, 'A node's cores'): the Nature CNN train step alone
-# (no simulators) at batch 32 ran 1,187 samples/s on one TF thread and 3,050 on 16. Until a 16-core
-# run of the whole trainer exists this is the only many-core point; labelled as a proxy.
-DEVICE_SPEEDUPS = (sm.SpeedupPoint(16, 3050.0 / 1187.0, "lent machine, 2026-11: train step alone (proxy for the "
-                                                         "pipeline), batch 32, 16 vs 1 TF threads, 16-core Xeon"),)
+PROJECTED_NETWORKS = ("ib100", "10gbe", "10gbe-nominal")  # the networks the weak-scaling projection covers
 
 
-def node_speedups(data: ScalingData) -> list[sm.SpeedupPoint]:
-    """The pipeline's measured speedups on this machine (1-rank fat layout over 1 core), then the device's."""
-    fat, base = data.base("fat"), data.base("core")
-    here = []
-    if fat and base and fat.threads_per_rank > 1:
-        here.append(sm.SpeedupPoint(fat.threads_per_rank, fat.frames_per_s / base.frames_per_s,
-                                    f"this machine: whole trainer, 1 rank, {fat.threads_per_rank} vs 1 threads "
-                                    f"({data.machine.get('cpu')}, {data.date})"))
-    return here + list(DEVICE_SPEEDUPS)
-
-
-def _projection_node(data: ScalingData, node_cores: int, fit: sm.NodeFit) -> tuple[dict[str, Any], float]:
-    base = data.base("core")
-    per_core_steps = base.frames_per_s / 4
-    node = {"cores": node_cores, "per_core_agent_steps_per_s": per_core_steps,
-            "source": f"measured: 1-rank core layout (1 thread) on {data.machine.get('cpu')}",
-            "node_fit": fit.to_json(),
-            "networks": {k: asdict(v) for k, v in sm.NETWORKS.items()},
-            "assumptions": "network bandwidth and latency are nominal figures (sm.NETWORKS), not measured; "
-                           "Horovod software overhead per allreduce as fitted on this machine; "
-                           "projection rows say which node model they use (linear: the old assumption)"}
-    return node, per_core_steps
-
-
-def time_to_score(projection: list[sm.ProjectionPoint], measured: list[sm.FramesToScore], network: str,
-                  node_model: str, per_rank_batch: int = 32) -> dict[str, Any]:
-    """Minutes to the score against nodes for the Nature CNN, per exchange mode (all modelled)."""
-    out: dict[str, Any] = {"network": network, "model": "nature", "node_model": node_model,
-                           "per_node_batch": per_rank_batch, "modelled": True,
-                           "frames_measured": [asdict(m) for m in measured], "by_exchange": {}}
-    for exchange in sorted({p.exchange for p in projection}):
-        rows = [p for p in projection if p.network == network and p.model == "nature" and p.exchange == exchange
-                and p.per_rank_batch == per_rank_batch and p.node_model == node_model]
-        out["by_exchange"][exchange] = [asdict(t) for t in sm.project_time_to_score(rows, measured)]
-    return out
+def model_inputs(data: ScalingData, fits: dict[str, sm.AllreduceFit | None]) -> dict[str, Any]:
+    """What the node model reads from a scaling.json, made from this analysis (the same numbers the planner reads
+    from the file it is written to)."""
+    return {"machine": data.machine, "date": data.date, "measured": [m.to_json() for m in data.measured],
+            "models": data.models, "fit": {"allreduce": {b: f.to_json() if f else None for b, f in fits.items()}}}
 
 
 def _prediction_from(data: ScalingData, scored: list[Scored], path: str,
@@ -191,12 +156,12 @@ def _prediction_from(data: ScalingData, scored: list[Scored], path: str,
 
 
 def analyze(data: ScalingData, node_cores: int, fit_from: dict[str, Any] | None = None,
-            fit_from_path: str = "", frames_to_score: list[sm.FramesToScore] | None = None,
-            exposed: dict[str, float] | None = None) -> Analysis:
-    """Efficiencies, the fitted model and the projection, from the measured points (modelled parts say so).
+            fit_from_path: str = "", exposed: dict[str, float] | None = None, node_path: str = nm.NODE_FILE,
+            threads_path: str = nm.THREADS_FILE, shaped_links: dict[str, Any] | None = None) -> Analysis:
+    """Efficiencies, the fitted allreduce model and the projection, from the measured points (modelled parts say so).
 
-    The projection is made twice: with a node's cores scaling linearly (the old assumption) and with
-    the node fit; `frames_to_score` (from the batch-scaling benchmark) adds minutes to the score.
+    The projection to N nodes of `node_cores` cores is benchmarks/node_model.py's (the planner's too), its node
+    inputs from `node_path`, `threads_path` and this analysis, its networks' TCP fraction from `shaped_links`.
     """
     scored = score(data)
     fits = {b: sm.fit_allreduce(s for sweep in data.allreduce for s in sweep.samples(b)) for b in ("horovod", "mpi")}
@@ -205,17 +170,15 @@ def analyze(data: ScalingData, node_cores: int, fit_from: dict[str, Any] | None 
     if base and hfit:
         tc = 1.0 / base.updates_per_s
         ranks = sorted({m.ranks for m in data.measured} | {16})
-        node_fit = sm.fit_node(node_speedups(data)) or sm.LINEAR_NODE
-        node, per_core_steps = _projection_node(data, node_cores, node_fit)
-        projection = [p for fit in (sm.LINEAR_NODE, node_fit)
-                      for p in sm.project(sm.net_models(per_core_steps, node_cores, data.models, fit),
-                                          hfit.overhead_s, [32, 64], exposed=exposed)]
-        extra = {"t_compute_s": tc, "projection_node": node, "node_fit": node_fit,
+        extra = {"t_compute_s": tc,
                  "box_prediction": [{"ranks": r, "efficiency": sm.predict_efficiency(r, tc, hfit), "modelled": True}
-                                    for r in ranks],
-                 "projection": projection}
-        if frames_to_score:
-            extra["time_to_score"] = time_to_score(projection, frames_to_score, "100Gb/s InfiniBand", node_fit.label)
+                                    for r in ranks]}
+        if os.path.exists(node_path):
+            node = nm.load(model_inputs(data, fits), node_path, threads_path)
+            nets = nm.networks(*nm.tcp_efficiency(shaped_links))
+            nets = {k: nets[k] for k in PROJECTED_NETWORKS}
+            extra.update(node_model=node, networks=nets,
+                         projection=nm.project(node, nets, node_cores, exposed=exposed))
     if fit_from is not None:
         extra["prediction_from"] = _prediction_from(data, scored, fit_from_path, fit_from)
     return Analysis(scored, fits, **extra)
@@ -238,12 +201,12 @@ def to_json(data: ScalingData, a: Analysis | None) -> dict[str, Any]:
     out["fit"] = {"allreduce": {b: f.to_json() if f else None for b, f in a.fits.items()}, "modelled": True}
     if a.t_compute_s is not None:
         out["fit"]["t_compute_s_per_update_1core"] = a.t_compute_s
-        out.update(box_prediction=a.box_prediction, projection_node=a.projection_node,
+        out["box_prediction"] = a.box_prediction
+    if a.node_model is not None:
+        out.update(node_model=a.node_model.to_json(), networks={k: asdict(v) for k, v in a.networks.items()},
                    projection=[asdict(p) for p in a.projection])
     if a.prediction_from is not None:
         out["prediction_from"] = a.prediction_from
-    if a.time_to_score is not None:
-        out["time_to_score_projection"] = a.time_to_score
     return out
 
 
@@ -281,7 +244,7 @@ def frames_from_batch_scaling(d: dict[str, Any]) -> list[sm.FramesToScore]:
                                     best[1] if best else ", ".join(f"{p['point']}: {p['state']}" for p in pts)))
     model = d.get("noise_model") or {}
     term = model.get("terms", {}).get(model.get("projection_term", ""))
-    if term:  # used only where no measurement answers (scaling_model.frames_at_batch); contradicted batches left out
+    if term:  # used only where no measurement answers (plan.updates_at, noise-model); contradicted batches left out
         for batch, frames in term["frames"].items():
             if batch not in term.get("contradicted", {}):
                 out.append(sm.FramesToScore(int(batch), float(frames), f"noise scale along {model['source_point']}, "

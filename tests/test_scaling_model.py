@@ -1,4 +1,5 @@
-"""benchmarks/scaling_model.py: the allreduce model, its fit, efficiencies and the projection, by hand."""
+"""benchmarks/scaling_model.py: the allreduce model, its fit, efficiencies, the step-time fit and frames to a score, by
+hand (the node model and its projection: tests/test_node_model.py)."""
 from __future__ import annotations
 
 import math
@@ -59,87 +60,6 @@ def test_weak_scaling_efficiency():
     assert sm.weak_scaling_efficiency(1800.0, 2, 1000.0, shared_cores=True) == pytest.approx(1.8)  # fat layout
 
 
-def test_net_models_scale_the_paper_net_by_measured_train_rates():
-    rates = {"nature": {"params": 1_687_719, "train_samples_per_s_1thread": 400.0},
-             "paper": {"params": 322_887, "train_samples_per_s_1thread": 100.0}}
-    nature, paper = sm.net_models(50.0, 24, rates)
-    assert (nature.name, nature.node_steps_per_s, nature.floats) == ("nature", 1200.0, sm.MODEL_FLOATS)
-    assert (paper.name, paper.node_steps_per_s, paper.floats) == ("paper", 300.0, 322_887)
-    assert sm.net_models(50.0, 24, None) == [nature]
-
-
-def test_projection_by_hand():
-    net = sm.NetModel("n", node_steps_per_s=1000.0, floats=250_000)  # 1 MB of gradients
-    pts = sm.project([net], overhead_s=1e-3, batches=[32], networks={"L": sm.Link(1e9, 0.0)})
-    by = {(p.nodes, p.exchange): p for p in pts}
-    assert sorted({p.nodes for p in pts}) == [1, 2, 4, 8, 16, 32, 64, 128]  # 32 x 128 = 4096, the limit
-    one = by[1, "sync"]  # 32 samples / 1000 per s = 32 ms, no exchange: 4 x 32 / 0.032 frames/s
-    assert (one.frames_per_s, one.efficiency, one.allreduce_share) == (pytest.approx(4000.0), 1.0, 0.0)
-    two = by[2, "sync"]  # exchange 1 ms + 1 MB / 1 GB/s = 2 ms; update 34 ms
-    assert two.t_compute_ms == pytest.approx(32.0) and two.t_allreduce_ms == pytest.approx(2.0)
-    assert two.frames_per_s == pytest.approx(4 * 2 * 32 / 0.034)
-    assert two.efficiency == pytest.approx(32 / 34) and two.allreduce_share == pytest.approx(2 / 34)
-    assert two.global_batch == 64 and two.modelled
-    over = by[2, "overlap"]  # hidden behind the 32 ms of compute
-    assert over.frames_per_s == pytest.approx(8000.0) and over.efficiency == pytest.approx(1.0)
-    four = by[4, "sync"]  # 1 ms + 2(3)/4 x 1 ms = 2.5 ms
-    assert four.t_allreduce_ms == pytest.approx(2.5)
-    assert max(p.nodes for p in sm.project([net], 1e-3, [64], {"L": sm.Link(1e9, 0.0)})) == 64  # 64 x 128 > 4096
-
-
-def test_node_fit_amdahl_by_hand():
-    assert sm.LINEAR_NODE.speedup(24) == 24.0 and sm.LINEAR_NODE.label == "linear (assumed)"
-    # serial 0.2: speedup(2) = 2 / 1.2, speedup(16) = 16 / 4
-    pts = [sm.SpeedupPoint(1, 1.0, "one core"), sm.SpeedupPoint(2, 2 / 1.2, "a"), sm.SpeedupPoint(16, 4.0, "b")]
-    fit = sm.fit_node(pts)
-    assert fit.serial == pytest.approx(0.2, rel=1e-12)
-    assert len(fit.points) == 2  # the one-core point carries nothing
-    assert fit.speedup(24) == pytest.approx(24 / (1 + 0.2 * 23), rel=1e-12)
-    assert fit.label == "fitted (Amdahl)" and fit.to_json()["serial_fraction"] == fit.serial
-    # least squares through the origin: x = (1, 3), y = (0.5, 0.3) -> serial = (0.5 + 0.9) / 10
-    two = sm.fit_node([sm.SpeedupPoint(2, 2 / 1.5, ""), sm.SpeedupPoint(4, 4 / 1.3, "")])
-    assert two.serial == pytest.approx(0.14, rel=1e-12)
-    assert sm.fit_node([sm.SpeedupPoint(4, 5.0, "super-linear noise")]).serial == 0.0
-    assert sm.fit_node([sm.SpeedupPoint(1, 1.0, "")]) is None
-
-
-def test_net_models_use_the_node_fit():
-    fit = sm.NodeFit(0.5, (sm.SpeedupPoint(3, 1.5, ""),))  # speedup(3) = 3 / 2
-    (nature,) = sm.net_models(100.0, 3, None, fit)
-    assert nature.node_steps_per_s == pytest.approx(150.0) and nature.node_model == "fitted (Amdahl)"
-
-
-def test_projection_with_a_measured_exposed_share():
-    net = sm.NetModel("n", node_steps_per_s=1000.0, floats=250_000)
-    pts = sm.project([net], overhead_s=1e-3, batches=[32], networks={"L": sm.Link(1e9, 0.0)},
-                     exposed={"in-graph": 0.25})
-    two = {p.exchange: p for p in pts if p.nodes == 2}["in-graph"]  # 32 ms + 0.25 x 2 ms
-    assert two.efficiency == pytest.approx(32 / 32.5) and two.frames_per_s == pytest.approx(4 * 64 / 0.0325)
-
-
-def test_frames_at_batch_measured_interpolated_assumed_and_missing():
-    m = [sm.FramesToScore(64, 10e6), sm.FramesToScore(1024, 40e6), sm.FramesToScore(4096, None)]
-    assert sm.frames_at_batch(m, 64) == (10e6, "measured")
-    frames, how = sm.frames_at_batch(m, 256)  # halfway in log(batch): geometric mean of 10 M and 40 M
-    assert frames == pytest.approx(20e6, rel=1e-12) and how.startswith("interpolated")
-    assert sm.frames_at_batch(m, 32) == (10e6, "assumed equal to batch 64 (smallest measured)")
-    assert sm.frames_at_batch(m, 2048) == (None, "not reached at batch 4096")
-    assert sm.frames_at_batch(m, 4096)[0] is None
-    assert sm.frames_at_batch(m[:2], 2048) == (None, "beyond the largest measured batch (1024)")
-    assert sm.frames_at_batch([], 64)[0] is None
-
-
-def test_time_to_score_projection_by_hand():
-    rows = [sm.ProjectionPoint("L", "n", "sync", n, 32, 32 * n, fps, 1.0, 0.0, 1.0, 0.0)
-            for n, fps in ((1, 1000.0), (2, 1600.0), (4, 3000.0))]
-    m = [sm.FramesToScore(64, 1.2e6), sm.FramesToScore(128, 1.8e6)]
-    one, two, four = sm.project_time_to_score(rows, m)
-    assert one.minutes == pytest.approx(1.2e6 / 1000 / 60) and one.frames_source.startswith("assumed")
-    assert two.minutes == pytest.approx(1.2e6 / 1600 / 60) and two.ideal_minutes == pytest.approx(one.minutes / 2)
-    assert four.minutes == pytest.approx(1.8e6 / 3000 / 60) and four.frames_source == "measured"
-    assert all(p.modelled for p in (one, two, four))
-
-
 def test_frames_from_batch_scaling_prefers_the_evaluation_and_keeps_partial_points_only_when_evaluated():
     from benchmarks.scaling_results import frames_from_batch_scaling
     d = {"points": [
@@ -174,18 +94,6 @@ def test_frames_from_noise_scale_by_hand():
     for bad in ([(1e6, 0.0)], [(-1.0, 10.0)], [(1e6, float("nan"))]):
         with pytest.raises(ValueError):
             sm.frames_from_noise_scale(bad, 64, 128)
-
-
-def test_frames_at_batch_uses_the_model_only_where_no_measurement_answers():
-    m = [sm.FramesToScore(64, 10e6), sm.FramesToScore(256, 20e6), sm.FramesToScore(2048, None, "gb2048-x: partial"),
-         sm.FramesToScore(64, 99e6, "noise scale along gb256-sqrt, whole loss", modelled=True),
-         sm.FramesToScore(1024, 40e6, "noise scale along gb256-sqrt, whole loss", modelled=True),
-         sm.FramesToScore(2048, 70e6, "noise scale along gb256-sqrt, whole loss", modelled=True)]
-    assert sm.frames_at_batch(m, 64) == (10e6, "measured")  # a measurement wins over the model
-    assert sm.frames_at_batch(m, 1024) == (40e6, "MODELLED from the noise scale along gb256-sqrt, whole loss")
-    assert sm.frames_at_batch(m, 2048)[0] == 70e6  # not reached so far: the model's frames
-    assert sm.frames_at_batch(m, 512)[0] is None  # neither measured nor modelled there
-    assert sm.frames_at_batch(m, 128)[1].startswith("interpolated")  # the model is not interpolated with
 
 
 def test_frames_from_batch_scaling_adds_the_models_uncontradicted_batches():
