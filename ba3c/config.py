@@ -25,7 +25,6 @@ DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 ALLREDUCES = ("grouped", "per-tensor")
 COMPRESSIONS = ("none", "fp16")
 GUARD_MODES = ("rollback", "warn", "off")
-ALGOS = ("ba3c", "gorila")
 LIFE_LOSS_MODES = ("auto", "ignore", "terminal")
 MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 MAX_SEED = 2**31 - 1  # ALE takes its seeds as 32-bit signed integers (TensorFlow's seeding: 32-bit unsigned)
@@ -92,9 +91,10 @@ class LearnConfig:
                    doc="gorila: every rank is a Gorila bundle, an actor (epsilon-greedy on the rank's live "
                        "Q-network), its shard of the replay memory and a learner (the DQN loss against a target "
                        "network) whose gradients every rank averages, as BA3C's are (docs/gorila.md). Its own "
-                       "settings are the gorila group's; for shared options it sets other defaults (ALGO_DEFAULTS, "
-                       "listed at the top of this page) under --config, --preset and flags. A resume may not change "
-                       "it.", choices=ALGOS)
+                       "settings are the gorila group's; for shared options it sets other defaults (the algorithm "
+                       "defaults listed at the top of this page) under --config, --preset and flags. A plug-in "
+                       "algorithm is named by its import path, module.path:ClassName (docs/architecture.md). A "
+                       "resume may not change it.", metavar="NAME")
     model: str = _f("auto", "network: auto (nature for images, mlp for vectors), nature, paper, mlp",
                     doc="paper is the BA3C authors' network, about 10x slower per sample on CPU than the Nature CNN; "
                         "--preset paper does not change the network. A resume may not change it.", choices=MODELS)
@@ -262,6 +262,19 @@ class GorilaConfig:
                               "--learning-starts again. A disk without room skips it with a line. Off by default "
                               "for that disk use (docs/gorila.md: measured costs).", choices=("off", "end"))
 
+    def check(self) -> None:
+        """This group's own values (whichever --algo: every saved config carries the group)."""
+        for name in ("replay_size", "train_every", "target_every"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{_flag(name)}: must be > 0, got {getattr(self, name)}")
+        for name in ("learning_starts", "eps_decay_steps"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{_flag(name)}: must be >= 0, got {getattr(self, name)}")
+        for name in ("eps_start", "eps_end"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{_flag(name)}: must be in [0, 1] (a probability of a random action), got "
+                                  f"{getattr(self, name)}")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -285,17 +298,6 @@ class Config:
 
 
 _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunConfig, "gorila": GorilaConfig}
-
-# Shared options whose good value depends on the algorithm: the defaults --algo chooses, under --config, --preset
-# and flags (ba3c.train.resolve); config.json records the values resolved. Gorila's (docs/gorila.md): CleanRL
-# dqn_atari's Adam (lr 1e-4, epsilon 1e-8, PyTorch's default), batch 32 and no gradient clipping (as CleanRL);
-# the lr not scaled with the ranks (none measured); 8 synchronous simulators per rank (CleanRL plays 1); no
-# collapse guard (it watches a policy's entropy); DQN's evaluation (epsilon 0.05).
-ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
-    "ba3c": {},
-    "gorila": dict(lr=1e-4, adam_eps=1e-8, train_batch=32, clip_norm=0.0, lr_scaling="none", num_envs=8,
-                   predict_batch=8, collapse_guard="off", eval_policy="egreedy"),
-}
 
 # Options added after runs were saved, and the value a saved config that lacks one ran with (which
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
@@ -433,37 +435,18 @@ def validate(cfg: Config) -> None:
     if l.noise_scale_every and r.rehearse_ranks == 1 and l.train_batch < 8:
         raise ConfigError(f"--noise-scale-every needs sub-batches of at least 2 samples: --train-batch {l.train_batch} "
                           f"/ 4 is less; raise --train-batch to 8 or more, or rehearse ranks (--rehearse-ranks)")
-    validate_gorila(cfg)
+    cfg.gorila.check()
+    algorithm(cfg.learn.algo).check(cfg)
 
 
-def validate_gorila(cfg: Config) -> None:
-    """The gorila group's values, and what Gorila mode cannot combine with."""
-    g, s, l, r = cfg.gorila, cfg.sim, cfg.learn, cfg.run
-    for name in ("replay_size", "train_every", "target_every"):
-        if getattr(g, name) <= 0:
-            raise ConfigError(f"{_flag(name)}: must be > 0, got {getattr(g, name)}")
-    for name in ("learning_starts", "eps_decay_steps"):
-        if getattr(g, name) < 0:
-            raise ConfigError(f"{_flag(name)}: must be >= 0, got {getattr(g, name)}")
-    for name in ("eps_start", "eps_end"):
-        if not 0.0 <= getattr(g, name) <= 1.0:
-            raise ConfigError(f"{_flag(name)}: must be in [0, 1] (a probability of a random action), got "
-                              f"{getattr(g, name)}")
-    if l.algo != "gorila":
-        return
-    # a stacked observation needs its 4 frames and its successor in one environment's stream of the replay
-    if g.replay_size // s.num_envs < 6:
-        raise ConfigError(f"--replay-size {g.replay_size} leaves {g.replay_size // s.num_envs} transitions to each of "
-                          f"--num-envs {s.num_envs} simulators; use at least {6 * s.num_envs}")
-    not_with = [("--collapse-guard", r.collapse_guard, "off", "the guard watches a policy's entropy, and a Q-network "
-                 "has none"),
-                ("--rehearse-ranks", r.rehearse_ranks, 1, "a rehearsal of Gorila ranks is not built"),
-                ("--noise-scale-every", l.noise_scale_every, 0, "it measures BA3C's policy-gradient term"),
-                ("--decorrelate-steps", s.decorrelate_steps, 0, "an epsilon of 1 at the start already plays at "
-                 "random")]
-    for flag, value, want, why in not_with:
-        if value != want:
-            raise ConfigError(f"{flag} {value} does not go with --algo gorila ({why}); use {flag} {want}")
+def algorithm(name: str):  # -> ba3c.algos.Algorithm
+    """The algorithm --algo names (ba3c.algos' registry); ConfigError when there is none by that name."""
+    from ba3c import algos
+
+    try:
+        return algos.get(name)
+    except ValueError as e:
+        raise ConfigError(f"--algo: {e}") from None
 
 
 def sticky_actions_problem(option: str, p: float, env_kind: str = "atari", env_name: str = "") -> str | None:

@@ -464,12 +464,13 @@ def checkpoint_config(c: Checkpoint) -> tuple[EnvSpec, Config]:
 
 def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, Config]:  # -> (keras model, spec, its run's config)
     """Rebuild the network the checkpoint was trained with and load its weights (not the optimizer state)."""
-    from ba3c.model import build_model, head_for
+    from ba3c.config import algorithm
+    from ba3c.model import build_model
 
     spec, cfg = checkpoint_config(c)
     meta = c.meta
     model = build_model(meta["model"], tuple(meta["obs_shape"]), int(meta["num_actions"]), seed=cfg.sim.seed,
-                        head=head_for(cfg.learn.algo))  # Gorila's checkpoints hold a Q-network: argmax of Q
+                        head=algorithm(cfg.learn.algo).head)  # a Q-network's checkpoint: argmax of Q
     weights = model.weights
     try:  # model weights come first; the rest is optimizer state
         assign_arrays(weights, c.arrays[:len(weights)], f"checkpoint '{c.path}' ({meta['model']} model)")

@@ -12,7 +12,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -71,19 +71,20 @@ class Reporter:
     """Everything rank 0 says and writes about a run, through one `RunWriter`."""
 
     def __init__(self, run_dir: str, cfg: Config, meta: dict[str, Any], state: RunState, resumed: bool,
-                 value_bound: float | None = None) -> None:
-        """`value_bound`: the most a state can be worth (`ba3c.gorila.value_bound`); a Q-value past it is
-        reported (None: not watched)."""
+                 value_bound: float | None = None, columns: Sequence[str] = ()) -> None:
+        """`value_bound`: the most a state can be worth (`Algorithm.value_bound`); a Q-value past it is
+        reported (None: not watched). `columns`: the algorithm's statistics, progress.csv columns."""
         self.run_dir, self.run_cfg = run_dir, cfg.run
         self.value_bound = value_bound
         self._q_peak: float | None = None  # the largest |Q| of the updates since the last row (Gorila)
         self._q_warned = 0.0  # the largest |Q| a warning has named
-        self.writer = RunWriter(run_dir, state.updates if resumed else None)
+        self.writer = RunWriter(run_dir, state.updates if resumed else None, columns)
         save_json(cfg, os.path.join(run_dir, "config.json"))
         self.meta = meta
         self.writer.write_json("meta.json", meta)
         self.recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=100)  # (score, length)
         self._last_t: float | None = None  # None: before the first sync point
+        self._wait_t: float | None = None  # the last line before the first update (`waiting`)
         self._last_updates, self._last_frames = state.updates, state.frames
         self._entropies: list[float] = []  # per sync interval since the last row
         self._grad_max = 0.0
@@ -93,6 +94,29 @@ class Reporter:
         print(f"ba3c: {env} model={meta['model']} ({meta['num_params']:,} params) "
               f"ranks={meta['ranks']} dist={meta['dist_backend']} global_batch={meta['global_batch']} "
               f"lr={meta['lr_effective']:.2e}{_cut_kept(meta.get('lr_scale', 1.0))} -> {run_dir}", flush=True)
+
+    def _done(self, frames: int) -> str:
+        return f"[{min(1.0, frames / self.run_cfg.total_frames):6.1%}]"
+
+    def waiting(self, state: RunState, played: int, steps: int, warmup_steps: int, now: float) -> None:
+        """Before the first update (once per --log-interval-s): the frames played so far and, in a warm-up (a
+        replay memory filling), its steps; `played`: frames of all ranks in this process (rank 0's times the
+        ranks: they play in step), `steps`: rank 0's agent steps, `warmup_steps`: each rank's before training."""
+        if self._wait_t is None:
+            self._wait_t = now
+        if now - self._wait_t < self.run_cfg.log_interval_s:
+            return
+        frames, elapsed = state.frames + played, max(now - state.t_start, 1e-9)
+        if warmup_steps:
+            rate = steps / elapsed
+            eta = (warmup_steps - steps) / rate if rate > 0 else float("inf")
+            what = (f"warm-up {min(steps, warmup_steps):,}/{warmup_steps:,} agent steps per rank | "
+                    f"{played / elapsed:,.0f} fps | warm-up ends in {fmt_duration(max(0.0, eta))}")
+        else:
+            what = "waiting for the first train batch"
+        print(f"{self._done(frames)} frames {frames:,}/{self.run_cfg.total_frames:,} | {what} | "
+              f"elapsed {fmt_duration(state.elapsed(now))}", flush=True)
+        self._wait_t = now
 
     def add_update(self, stats: StepStats) -> None:
         """Each update's statistics that the next row pools: the gradient noise where this update measured it
@@ -105,11 +129,10 @@ class Reporter:
             self._q_peak = q if self._q_peak is None else max(self._q_peak, q)
 
     def sync(self, state: RunState, episodes: list[tuple[float, int]], stage_s: dict[str, float], stats: StepStats,
-             interval: IntervalStats, verdict: str, lr: float, now: float, *, total_updates: int, force: bool,
+             interval: IntervalStats, verdict: str, lr: float, now: float, *, force: bool,
              health: Callable[[], FeatureHealth] | None = None) -> None:
         """One sync point: remember the episodes and the interval's statistics; once per --log-interval-s (and
-        whenever `force`) the progress line, a CSV row and TensorBoard scalars. `total_updates` is the run's last
-        update, owned by the Trainer (a Gorila resume that loads its replay moves it)."""
+        whenever `force`) the progress line, a CSV row and TensorBoard scalars."""
         self.recent.extend(episodes)
         self._entropies.append(interval.entropy)
         self._grad_max = max(self._grad_max, interval.grad_norm_max)
@@ -129,8 +152,10 @@ class Reporter:
         mean = float(np.mean(rets)) if rets else None
         # no episode ended yet in this process (a start, or a resume: the games start again)
         ret = f"{mean:.2f} (last {len(rets)}" if mean is not None else "- (none ended yet"
-        eta = (total_updates - state.updates) / ups if ups > 0 else float("inf")
-        print(f"[{state.updates / total_updates:6.1%}] frames {state.frames:,}/{self.run_cfg.total_frames:,} | "
+        # one count behind the percent, the frames and the ETA: the frames played (a replay's warm-up included)
+        left = max(0, self.run_cfg.total_frames - state.frames)
+        eta = left / fps if fps > 0 else float("inf")
+        print(f"{self._done(state.frames)} frames {state.frames:,}/{self.run_cfg.total_frames:,} | "
               f"{fps:,.0f} fps | {ups:.2f} upd/s | return {ret}; "
               f"{state.episodes} episodes) | elapsed {fmt_duration(state.elapsed(now))} ETA {fmt_duration(eta)}",
               flush=True)

@@ -65,9 +65,9 @@ class Bundle:
     def __init__(self, s: Settings, bundles: int, seed: int, rank_seed: int) -> None:
         import tensorflow as tf
 
-        from ba3c.gorila import DQNLoss, GorilaActor, TargetNetwork
+        from ba3c.algos.dqn import DQNLoss, GorilaActor, TargetNetwork
+        from ba3c.algos.replay import Replay
         from ba3c.model import build_model
-        from ba3c.replay import Replay
         from ba3c.simulators import GymSimulator, resolve_env
 
         self.s, self.tf = s, tf

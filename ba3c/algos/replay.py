@@ -88,7 +88,7 @@ class Replay:
                  clip_rewards: bool) -> None:
         self.stack, self.frame_shape = frame_layout(obs_shape)
         self.obs_shape = tuple(obs_shape)
-        self.num_envs = num_envs
+        self.num_envs, self.capacity = num_envs, capacity
         self.slots = capacity // num_envs  # per environment's stream
         if self.slots < self.stack + 2:
             raise ValueError(f"replay capacity {capacity} gives {self.slots} slots per environment for {num_envs} "
