@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ba3c.config import Config, LearnConfig, algorithm, scaled_lr
+from ba3c.batching import scaled_lr
+from ba3c.config import Config, LearnConfig, algorithm
 from ba3c.dist import Dist
 
 

@@ -1,4 +1,7 @@
-"""Frozen configuration dataclasses, their validation, the CLI built from them, and JSON I/O.
+"""Frozen configuration dataclasses (the schema), their validation, the CLI built from them, and JSON I/O.
+
+The batch and learning-rate arithmetic (global batch, lr rules) is `ba3c.batching`; the history of removed
+options is `ba3c.removed`.
 
 Every option of `python -m ba3c.train` is a field below; its help text is the field's `help`
 metadata. Precedence (lowest first): field defaults, the algorithm's (`ALGO_DEFAULTS`, by --algo),
@@ -15,18 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ba3c.batching import LR_SCALINGS, MAX_GLOBAL_BATCH, check_world
 from ba3c.files import write_json
+from ba3c.removed import removed_behaviours, removed_message, without_removed
 
 MODELS = ("auto", "nature", "paper", "mlp")
 OPTIMIZERS = ("adam", "rmsprop")
 CLIP_MODES = ("global", "avg")
-LR_SCALINGS = ("none", "linear", "sqrt")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 ALLREDUCES = ("grouped", "per-tensor")
 COMPRESSIONS = ("none", "fp16")
 GUARD_MODES = ("rollback", "warn", "off")
 LIFE_LOSS_MODES = ("auto", "ignore", "terminal")
-MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 MAX_SEED = 2**31 - 1  # ALE takes its seeds as 32-bit signed integers (TensorFlow's seeding: 32-bit unsigned)
 MAX_EPISODE_FRAMES = 2**31 - 1  # ALE counts an episode's frames in a 32-bit signed integer
 MAX_THREADS = 1024  # per thread pool: more than any one node's cores (TensorFlow takes no more than 2**31 - 1)
@@ -309,19 +312,6 @@ IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": 
 # Runs saved before Gorila mode existed are BA3C runs; the gorila group's defaults stand in for its options there.
 IMPLIED_BY_OLDER_CONFIGS.update(algo="ba3c", **{f.name: f.default for f in fields(GorilaConfig)})
 
-# Options removed because their experiments measured no gain (docs: batch scaling, learning rate, scaling; the code
-# is in git history: REMOVED_IN names, per option, the last commit that has it). A saved config may still hold them.
-# The value given here is the behaviour that remains (None: a knob of the removed behaviour, meaningless without
-# it): such entries are dropped silently. Any other value means the run trained with the removed behaviour: a resume
-# cannot continue it, an evaluation can (the network is the same).
-REMOVED_OPTIONS: dict[str, Any] = {"lr_adapt": "none", "kl_target": None, "kl_lr_max": None, "kl_samples": None,
-                                   "advantage_norm": "none", "lr_decay": "none", "lr_decay_frames": None,
-                                   "exchange": "sync"}
-_KL_GONE, _DECAY_GONE, _OVERLAP_GONE = "7a76fc9bcf21", "3fb9c3a6a7b7", "a8907d52b199"
-REMOVED_IN: dict[str, str] = {"lr_adapt": _KL_GONE, "kl_target": _KL_GONE, "kl_lr_max": _KL_GONE,
-                              "kl_samples": _KL_GONE, "advantage_norm": _KL_GONE,
-                              "lr_decay": _DECAY_GONE, "lr_decay_frames": _DECAY_GONE, "exchange": _OVERLAP_GONE}
-
 # The paper's optimizer settings (the authors' released code, deepsense-ai/Distributed-BA3C). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -359,8 +349,16 @@ def field_type(f: Any) -> type:
 
 def validate(cfg: Config) -> None:
     """Reject configurations that cannot run, naming the option and what would be valid."""
-    s, l, r = cfg.sim, cfg.learn, cfg.run
-    for group in (s, l, r, cfg.gorila):
+    _check_types(cfg)
+    _check_ranges(cfg)
+    _check_combinations(cfg)
+    cfg.gorila.check()
+    algorithm(cfg.learn.algo).check(cfg)
+
+
+def _check_types(cfg: Config) -> None:
+    """Every field of every group has its type (an int where a float goes is fine), and its choices."""
+    for group in (cfg.sim, cfg.learn, cfg.run, cfg.gorila):
         for f in fields(group):
             v = getattr(group, f.name)
             want = field_type(f)
@@ -373,6 +371,11 @@ def validate(cfg: Config) -> None:
             choices = f.metadata.get("choices")
             if choices and v not in choices:
                 raise ConfigError(f"{_flag(f.name)}: '{v}' is not one of {', '.join(choices)}")
+
+
+def _check_ranges(cfg: Config) -> None:
+    """Each value on its own: positive, non-negative, at most what the emulators and thread pools take."""
+    s, l, r = cfg.sim, cfg.learn, cfg.run
     positive = dict(num_envs=s.num_envs, predict_batch=s.predict_batch, max_episode_frames=s.max_episode_frames,
                     n_step=l.n_step, train_batch=l.train_batch, lr=l.lr, lr_ref_batch=l.lr_ref_batch,
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
@@ -406,17 +409,22 @@ def validate(cfg: Config) -> None:
     for name in ("guard_entropy_drop", "guard_lr_cut"):
         if not 0.0 < getattr(r, name) < 1.0:
             raise ConfigError(f"{_flag(name)}: must be in (0, 1), got {getattr(r, name)}")
+    for name in ("beta1", "beta2", "rms_alpha"):
+        if not 0.0 <= getattr(l, name) < 1.0:
+            raise ConfigError(f"--{name}: must be in [0, 1), got {getattr(l, name)}")
+    if not 0.0 < l.gamma <= 1.0:
+        raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
+
+
+def _check_combinations(cfg: Config) -> None:
+    """Values that cannot go together (one process: the number of ranks is checked by check_world later)."""
+    s, l, r = cfg.sim, cfg.learn, cfg.run
     for option, p in (("--sticky-actions", s.sticky_actions), ("--eval-sticky-actions", r.eval_sticky_actions)):
         if (problem := sticky_actions_problem(option, p)) is not None:
             raise ConfigError(problem)
     if s.decorrelate_steps and s.predict_batch != s.num_envs:
         raise ConfigError(f"--decorrelate-steps {s.decorrelate_steps}: ALE restarts single games only in synchronous "
                           f"simulation; set --predict-batch equal to --num-envs ({s.num_envs}), now {s.predict_batch}")
-    if not 0.0 < l.gamma <= 1.0:
-        raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
-    for name in ("beta1", "beta2", "rms_alpha"):
-        if not 0.0 <= getattr(l, name) < 1.0:
-            raise ConfigError(f"--{name}: must be in [0, 1), got {getattr(l, name)}")
     if s.predict_batch > s.num_envs:
         raise ConfigError(f"--predict-batch {s.predict_batch} is larger than --num-envs {s.num_envs}; "
                           f"use at most {s.num_envs} (or raise --num-envs)")
@@ -435,8 +443,6 @@ def validate(cfg: Config) -> None:
     if l.noise_scale_every and r.rehearse_ranks == 1 and l.train_batch < 8:
         raise ConfigError(f"--noise-scale-every needs sub-batches of at least 2 samples: --train-batch {l.train_batch} "
                           f"/ 4 is less; raise --train-batch to 8 or more, or rehearse ranks (--rehearse-ranks)")
-    cfg.gorila.check()
-    algorithm(cfg.learn.algo).check(cfg)
 
 
 def algorithm(name: str):  # -> ba3c.algos.Algorithm
@@ -458,48 +464,6 @@ def sticky_actions_problem(option: str, p: float, env_kind: str = "atari", env_n
     if p and env_kind != "atari":
         return f"{option} {p}: sticky actions are an ALE setting; {env_name or env_kind} is not an Atari game (use 0)"
     return None
-
-
-def data_ranks(cfg: Config, world_size: int) -> int:
-    """The ranks whose data one update holds: the real ones, times --rehearse-ranks."""
-    return world_size * cfg.run.rehearse_ranks
-
-
-def noise_sub_batch(cfg: Config) -> int:
-    """--noise-scale-every's small batch: one rehearsed rank's batch, or a quarter of the rank's batch."""
-    return cfg.learn.train_batch if cfg.run.rehearse_ranks > 1 else cfg.learn.train_batch // 4
-
-
-def global_batch(cfg: Config, world_size: int) -> int:
-    return cfg.learn.train_batch * data_ranks(cfg, world_size)
-
-
-def check_world(cfg: Config, world_size: int) -> None:
-    """Checks that need the number of ranks (run before any expensive start-up)."""
-    gb, ranks = global_batch(cfg, world_size), data_ranks(cfg, world_size)
-    if gb > MAX_GLOBAL_BATCH:
-        rehearsal = f" x --rehearse-ranks {cfg.run.rehearse_ranks}" if cfg.run.rehearse_ranks > 1 else ""
-        what = f"{world_size} ranks{rehearsal}"
-        # only fixes that can be applied: each of them is at least 1
-        fixes = [f"lower --train-batch to at most {MAX_GLOBAL_BATCH // ranks}"] if ranks <= MAX_GLOBAL_BATCH else []
-        if cfg.run.rehearse_ranks > 1 and world_size * cfg.learn.train_batch <= MAX_GLOBAL_BATCH:
-            most = MAX_GLOBAL_BATCH // (world_size * cfg.learn.train_batch)
-            fixes.append(f"lower --rehearse-ranks to at most {most}")
-        if not fixes:
-            fixes.append(f"run on at most {MAX_GLOBAL_BATCH // cfg.learn.train_batch} ranks")
-        raise ConfigError(f"global batch {cfg.learn.train_batch} x {what} = {gb} exceeds {MAX_GLOBAL_BATCH}; "
-                          f"{' or '.join(fixes)}")
-
-
-def scaled_lr(cfg: Config, world_size: int) -> float:
-    """Learning rate for the global batch (rehearsed ranks included), by the rule in `lr_scaling`."""
-    ratio = global_batch(cfg, world_size) / cfg.learn.lr_ref_batch
-    rule = cfg.learn.lr_scaling
-    if rule == "linear":
-        return cfg.learn.lr * ratio
-    if rule == "sqrt":
-        return cfg.learn.lr * math.sqrt(ratio)
-    return cfg.learn.lr
 
 
 # ---------------------------------------------------------------- CLI and JSON
@@ -569,38 +533,6 @@ def load_json(path: str) -> dict[str, Any]:
     if used := removed_behaviours(data):
         raise ConfigError(removed_message(f"--config {path}", used))
     return _from_nested(without_removed(data), f"--config {path}")
-
-
-def _saved_items(data: Any) -> list[tuple[str, Any]]:
-    """(option, value) of a saved config, nested by group or flat, in the file's order."""
-    if not isinstance(data, dict):
-        return []
-    out: list[tuple[str, Any]] = []
-    for key, value in data.items():
-        out += list(value.items()) if key in _GROUPS and isinstance(value, dict) else [(key, value)]
-    return out
-
-
-def removed_behaviours(data: Any) -> list[str]:
-    """The removed behaviours (REMOVED_OPTIONS) a saved config trained with, as flags: ['--lr-adapt kl']."""
-    return [f"{_flag(k)} {v}" for k, v in _saved_items(data)
-            if k in REMOVED_OPTIONS and REMOVED_OPTIONS[k] is not None and v != REMOVED_OPTIONS[k]]
-
-
-def removed_message(source: str, used: list[str]) -> str:
-    """`used`: removed_behaviours' flags ('--lr-adapt kl'); the message names the last commit that has each."""
-    commits = sorted({REMOVED_IN[flag.split()[0][2:].replace("-", "_")] for flag in used})
-    return (f"{source}: the run trained with {', '.join(used)}, which ba3c no longer has (its experiment measured "
-            f"no gain); continue it with git commit {', '.join(commits)}, the last that has it, or start a new run")
-
-
-def without_removed(data: Any) -> Any:
-    """A saved config without the removed options (REMOVED_OPTIONS)."""
-    if not isinstance(data, dict):
-        return data
-    return {key: ({k: v for k, v in value.items() if k not in REMOVED_OPTIONS}
-                  if key in _GROUPS and isinstance(value, dict) else value)
-            for key, value in data.items() if key not in REMOVED_OPTIONS}
 
 
 def save_json(cfg: Config, path: str) -> None:

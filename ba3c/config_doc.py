@@ -11,7 +11,8 @@ from dataclasses import MISSING, Field, fields
 from typing import Any
 
 from ba3c.algos import builtin_names, get as get_algorithm
-from ba3c.config import _GROUPS, PRESETS, REMOVED_IN, REMOVED_OPTIONS, field_type
+from ba3c.config import _GROUPS, PRESETS, field_type
+from ba3c.removed import REMOVED_IN, REMOVED_OPTIONS
 
 INTRO = """\
 # Configuration

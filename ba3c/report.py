@@ -67,6 +67,42 @@ def print_timers(sim_s: dict[str, float], learn_s: dict[str, float], wall: float
     print("\n".join(timer_table(sim_s, learn_s, wall)))
 
 
+def frames_done(frames: int, total: int) -> str:
+    """The progress line's start: the percent and the frames, of one count."""
+    return f"[{min(1.0, frames / total):6.1%}] frames {frames:,}/{total:,}"
+
+
+def waiting_line(total: int, state: RunState, played: int, steps: int, warmup_steps: int, now: float) -> str:
+    """The progress line before the first update: the frames played so far and, in a warm-up (a replay memory
+    filling), its steps. `played`: frames of all ranks in this process (rank 0's times the ranks: they play in
+    step); `steps`: rank 0's agent steps; `warmup_steps`: each rank's before training."""
+    frames, elapsed = state.frames + played, max(now - state.t_start, 1e-9)
+    if warmup_steps:
+        rate = steps / elapsed
+        eta = (warmup_steps - steps) / rate if rate > 0 else float("inf")
+        what = (f"warm-up {min(steps, warmup_steps):,}/{warmup_steps:,} agent steps per rank | "
+                f"{played / elapsed:,.0f} fps | warm-up ends in {fmt_duration(max(0.0, eta))}")
+    else:
+        what = "waiting for the first train batch"
+    return f"{frames_done(frames, total)} | {what} | elapsed {fmt_duration(state.elapsed(now))}"
+
+
+def noise_columns(noise: list[StepStats]) -> tuple[dict[str, Any], dict[str, float]]:
+    """--noise-scale-every's measurements since the last row, pooled before dividing (one measurement's |G|^2 is
+    noisy and can be negative): progress.csv columns and TensorBoard scalars."""
+    mean = {k: float(np.mean([getattr(n, k) for n in noise]))
+            for k in ("grad_sq_small", "grad_sq_big", "pg_sq_small", "pg_sq_big")}
+    b_small, b_big = noise[-1].b_small, noise[-1].b_big
+    g2, trace, b_simple = noise_scale(mean["grad_sq_small"], mean["grad_sq_big"], b_small, b_big)
+    pg2, pg_trace, pg_simple = noise_scale(mean["pg_sq_small"], mean["pg_sq_big"], b_small, b_big)
+    row = dict(noise_scale=b_simple, noise_scale_policy=pg_simple, **mean, noise_b_small=b_small, noise_b_big=b_big,
+               noise_n=len(noise))
+    scalars = {"noise/b_simple": b_simple, "noise/grad_sq_true": g2, "noise/trace_sigma": trace,
+               "noise/b_simple_policy": pg_simple, "noise/policy_grad_sq_true": pg2,
+               "noise/policy_trace_sigma": pg_trace}
+    return row, scalars
+
+
 class Reporter:
     """Everything rank 0 says and writes about a run, through one `RunWriter`."""
 
@@ -95,28 +131,13 @@ class Reporter:
               f"ranks={meta['ranks']} dist={meta['dist_backend']} global_batch={meta['global_batch']} "
               f"lr={meta['lr_effective']:.2e}{_cut_kept(meta.get('lr_scale', 1.0))} -> {run_dir}", flush=True)
 
-    def _done(self, frames: int) -> str:
-        return f"[{min(1.0, frames / self.run_cfg.total_frames):6.1%}]"
-
     def waiting(self, state: RunState, played: int, steps: int, warmup_steps: int, now: float) -> None:
-        """Before the first update (once per --log-interval-s): the frames played so far and, in a warm-up (a
-        replay memory filling), its steps; `played`: frames of all ranks in this process (rank 0's times the
-        ranks: they play in step), `steps`: rank 0's agent steps, `warmup_steps`: each rank's before training."""
+        """Before the first update: `waiting_line` once per --log-interval-s."""
         if self._wait_t is None:
             self._wait_t = now
-        if now - self._wait_t < self.run_cfg.log_interval_s:
-            return
-        frames, elapsed = state.frames + played, max(now - state.t_start, 1e-9)
-        if warmup_steps:
-            rate = steps / elapsed
-            eta = (warmup_steps - steps) / rate if rate > 0 else float("inf")
-            what = (f"warm-up {min(steps, warmup_steps):,}/{warmup_steps:,} agent steps per rank | "
-                    f"{played / elapsed:,.0f} fps | warm-up ends in {fmt_duration(max(0.0, eta))}")
-        else:
-            what = "waiting for the first train batch"
-        print(f"{self._done(frames)} frames {frames:,}/{self.run_cfg.total_frames:,} | {what} | "
-              f"elapsed {fmt_duration(state.elapsed(now))}", flush=True)
-        self._wait_t = now
+        if now - self._wait_t >= self.run_cfg.log_interval_s:
+            print(waiting_line(self.run_cfg.total_frames, state, played, steps, warmup_steps, now), flush=True)
+            self._wait_t = now
 
     def add_update(self, stats: StepStats) -> None:
         """Each update's statistics that the next row pools: the gradient noise where this update measured it
@@ -153,11 +174,9 @@ class Reporter:
         # no episode ended yet in this process (a start, or a resume: the games start again)
         ret = f"{mean:.2f} (last {len(rets)}" if mean is not None else "- (none ended yet"
         # one count behind the percent, the frames and the ETA: the frames played (a replay's warm-up included)
-        left = max(0, self.run_cfg.total_frames - state.frames)
-        eta = left / fps if fps > 0 else float("inf")
-        print(f"{self._done(state.frames)} frames {state.frames:,}/{self.run_cfg.total_frames:,} | "
-              f"{fps:,.0f} fps | {ups:.2f} upd/s | return {ret}; "
-              f"{state.episodes} episodes) | elapsed {fmt_duration(state.elapsed(now))} ETA {fmt_duration(eta)}",
+        eta = max(0, self.run_cfg.total_frames - state.frames) / fps if fps > 0 else float("inf")
+        print(f"{frames_done(state.frames, self.run_cfg.total_frames)} | {fps:,.0f} fps | {ups:.2f} upd/s | return "
+              f"{ret}; {state.episodes} episodes) | elapsed {fmt_duration(state.elapsed(now))} ETA {fmt_duration(eta)}",
               flush=True)
         row = {"time_s": round(state.elapsed(now), 2), "cpu_s": round(state.cpu_s, 3), "frames": state.frames,
                "updates": state.updates, "episodes": state.episodes, "frames_per_s": round(fps, 1),
@@ -177,17 +196,10 @@ class Reporter:
         row["entropy_mean"] = scalars["losses/entropy_mean"] = float(np.mean(self._entropies))
         row["grad_norm_max"] = scalars["losses/grad_norm_max"] = self._grad_max
         row["guard"], row["rollbacks"] = self._worst, state.rollbacks
-        if self._noise:  # pooled before dividing: one measurement's |G|^2 is noisy and can be negative
-            mean = {k: float(np.mean([getattr(n, k) for n in self._noise]))
-                    for k in ("grad_sq_small", "grad_sq_big", "pg_sq_small", "pg_sq_big")}
-            b_small, b_big = self._noise[-1].b_small, self._noise[-1].b_big
-            g2, trace, b_simple = noise_scale(mean["grad_sq_small"], mean["grad_sq_big"], b_small, b_big)
-            pg2, pg_trace, pg_simple = noise_scale(mean["pg_sq_small"], mean["pg_sq_big"], b_small, b_big)
-            row.update(noise_scale=b_simple, noise_scale_policy=pg_simple, **mean, noise_b_small=b_small,
-                       noise_b_big=b_big, noise_n=len(self._noise))
-            scalars.update({"noise/b_simple": b_simple, "noise/grad_sq_true": g2, "noise/trace_sigma": trace,
-                            "noise/b_simple_policy": pg_simple, "noise/policy_grad_sq_true": pg2,
-                            "noise/policy_trace_sigma": pg_trace})
+        if self._noise:
+            noise_row, noise_scalars = noise_columns(self._noise)
+            row.update(noise_row)
+            scalars.update(noise_scalars)
         if health is not None:  # measured only for a row: a forward pass of the probe
             h = asdict(health())
             row.update(h)

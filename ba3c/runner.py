@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from ba3c.algos import ActorContext
-from ba3c.config import MAX_SEED, Config, algorithm, data_ranks, global_batch, noise_sub_batch, scaled_lr
+from ba3c.batching import data_ranks, global_batch, noise_sub_batch, scaled_lr
+from ba3c.config import MAX_SEED, Config, algorithm
 from ba3c.dist import Dist
 from ba3c.experience import TrainBatch
 from ba3c.files import EXIT_NO_SPACE

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ba3c.config import ConfigError, global_batch
+from ba3c.batching import global_batch
+from ba3c.config import ConfigError
 
 if TYPE_CHECKING:
     from ba3c.config import Config
