@@ -15,9 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from ba3c.algos import algorithm
 from ba3c.batching import scaled_lr
-from ba3c.config import Config, LearnConfig, algorithm
+from ba3c.config import Config, LearnConfig
 from ba3c.dist import Dist
+from ba3c.learner import noise_scale
+
+__all__ = ["example_batch", "forward_step", "init_exchange", "learner", "network", "noise_scale", "plain_learner",
+           "samples_per_agent_step", "single_process", "update_step"]
 
 
 def single_process() -> Dist:
@@ -32,12 +37,15 @@ def init_exchange(backend: str = "auto") -> Dist:
     return dist_mod.init(dist_mod.choose_backend(backend))
 
 
-def network(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, kind: str = ""):  # -> keras.Model
-    """The network the trainer builds for `cfg` (--model, or `kind`; its algorithm's head), seeded by --seed."""
+def network(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, kind: str = "",
+            seed: int | None = None):  # -> keras.Model
+    """The network the trainer builds for `cfg` (--model, or `kind`; its algorithm's head), seeded by --seed (or
+    `seed`)."""
     from ba3c.model import build_model, resolve_model_kind
 
     kind = kind or resolve_model_kind(cfg.learn.model, obs_shape)
-    return build_model(kind, obs_shape, num_actions, cfg.sim.seed, head=algorithm(cfg.learn.algo).head)
+    return build_model(kind, obs_shape, num_actions, cfg.sim.seed if seed is None else seed,
+                       head=algorithm(cfg.learn.algo).head)
 
 
 def learner(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, dist: Dist | None = None,

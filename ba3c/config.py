@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ba3c.batching import LR_SCALINGS, MAX_GLOBAL_BATCH, check_world
+from ba3c.batching import LR_SCALINGS, MAX_GLOBAL_BATCH, data_ranks, global_batch
 from ba3c.files import write_json
 from ba3c.removed import removed_behaviours, removed_message, without_removed
 
@@ -353,7 +353,6 @@ def validate(cfg: Config) -> None:
     _check_ranges(cfg)
     _check_combinations(cfg)
     cfg.gorila.check()
-    algorithm(cfg.learn.algo).check(cfg)
 
 
 def _check_types(cfg: Config) -> None:
@@ -445,14 +444,21 @@ def _check_combinations(cfg: Config) -> None:
                           f"/ 4 is less; raise --train-batch to 8 or more, or rehearse ranks (--rehearse-ranks)")
 
 
-def algorithm(name: str):  # -> ba3c.algos.Algorithm
-    """The algorithm --algo names (ba3c.algos' registry); ConfigError when there is none by that name."""
-    from ba3c import algos
-
-    try:
-        return algos.get(name)
-    except ValueError as e:
-        raise ConfigError(f"--algo: {e}") from None
+def check_world(cfg: Config, world_size: int) -> None:
+    """Checks that need the number of ranks (run before any expensive start-up)."""
+    gb, ranks = global_batch(cfg, world_size), data_ranks(cfg, world_size)
+    if gb > MAX_GLOBAL_BATCH:
+        rehearsal = f" x --rehearse-ranks {cfg.run.rehearse_ranks}" if cfg.run.rehearse_ranks > 1 else ""
+        what = f"{world_size} ranks{rehearsal}"
+        # only fixes that can be applied: each of them is at least 1
+        fixes = [f"lower --train-batch to at most {MAX_GLOBAL_BATCH // ranks}"] if ranks <= MAX_GLOBAL_BATCH else []
+        if cfg.run.rehearse_ranks > 1 and world_size * cfg.learn.train_batch <= MAX_GLOBAL_BATCH:
+            most = MAX_GLOBAL_BATCH // (world_size * cfg.learn.train_batch)
+            fixes.append(f"lower --rehearse-ranks to at most {most}")
+        if not fixes:
+            fixes.append(f"run on at most {MAX_GLOBAL_BATCH // cfg.learn.train_batch} ranks")
+        raise ConfigError(f"global batch {cfg.learn.train_batch} x {what} = {gb} exceeds {MAX_GLOBAL_BATCH}; "
+                          f"{' or '.join(fixes)}")
 
 
 def sticky_actions_problem(option: str, p: float, env_kind: str = "atari", env_name: str = "") -> str | None:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ba3c import checkpoint as ckpt
-from ba3c.algos import builtin_names
-from ba3c.config import MAX_SEED, MAX_THREADS, ConfigError, LearnConfig, OneLineParser, algorithm
+from ba3c.algos import algorithm, builtin_names
+from ba3c.config import MAX_SEED, MAX_THREADS, ConfigError, LearnConfig, OneLineParser
 from ba3c.evaluation import (
     PAPER_MAX_EPISODE_STEPS,
     POLICIES,

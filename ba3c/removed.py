@@ -24,20 +24,14 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _groups() -> set[str]:
-    from ba3c.config import _GROUPS
-
-    return set(_GROUPS)
-
-
 def _saved_items(data: Any) -> list[tuple[str, Any]]:
-    """(option, value) of a saved config, nested by group or flat, in the file's order."""
+    """(option, value) of a saved config, nested by group or flat, in the file's order (a group is a key whose
+    value is an object: no option's value is one)."""
     if not isinstance(data, dict):
         return []
     out: list[tuple[str, Any]] = []
-    groups = _groups()
     for key, value in data.items():
-        out += list(value.items()) if key in groups and isinstance(value, dict) else [(key, value)]
+        out += list(value.items()) if isinstance(value, dict) else [(key, value)]
     return out
 
 
@@ -58,7 +52,5 @@ def without_removed(data: Any) -> Any:
     """A saved config without the removed options (REMOVED_OPTIONS)."""
     if not isinstance(data, dict):
         return data
-    groups = _groups()
-    return {key: ({k: v for k, v in value.items() if k not in REMOVED_OPTIONS}
-                  if key in groups and isinstance(value, dict) else value)
+    return {key: ({k: v for k, v in value.items() if k not in REMOVED_OPTIONS} if isinstance(value, dict) else value)
             for key, value in data.items() if key not in REMOVED_OPTIONS}

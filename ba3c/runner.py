@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ba3c.algos import ActorContext
+from ba3c.algos import ActorContext, checked
 from ba3c.batching import data_ranks, global_batch, noise_sub_batch, scaled_lr
-from ba3c.config import MAX_SEED, Config, algorithm
+from ba3c.config import MAX_SEED, Config
 from ba3c.dist import Dist
 from ba3c.experience import TrainBatch
 from ba3c.files import EXIT_NO_SPACE
@@ -36,7 +36,7 @@ from ba3c.schedule import Checkpoints, EvalSchedule
 from ba3c.signals import SignalFlag
 from ba3c.simulators import EnvSpec, make_simulator
 from ba3c.state import RunState
-from ba3c.sync import RankStats, SyncPoint
+from ba3c.sync import RankStats, SyncPoints
 from ba3c.workers import SimulationThread, Timers, WatchdogThread, cores_available
 
 __all__ = ["RankStats", "Trainer", "train"]
@@ -47,11 +47,11 @@ def train(cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool, fl
     return Trainer(cfg, spec, dist, run_dir, resume, flag).run()
 
 
-class Trainer:
+class Trainer(SyncPoints):
     def __init__(self, cfg: Config, spec: EnvSpec, dist: Dist, run_dir: str, resume: bool,
                  flag: SignalFlag | None = None) -> None:
         self.cfg, self.spec, self.dist, self.run_dir = cfg, spec, dist, run_dir
-        self.algo = algorithm(cfg.learn.algo)
+        self.algo = checked(cfg)  # the algorithm, and what it cannot combine with
         if flag is None:  # the entry point installs it before the slow start-up; library callers get one here
             flag = SignalFlag()
             flag.install()
@@ -79,7 +79,6 @@ class Trainer:
         self.last_obs: np.ndarray | None = None  # the last batch trained on (rank-local)
         self.probe: HealthProbe | None = None  # rank 0's feature-health probe, from its first train batch
         self.unsampled_steps = 0  # this rank's, since the last sync point (TrainBatch.unsampled_steps)
-        self.sync = SyncPoint(self)
 
     # ---- construction
     def _build_pipeline(self) -> None:
@@ -195,9 +194,6 @@ class Trainer:
             # It guards the allreduce (a lost or stuck rank). One process has none, and its start-up
             # (thousands of emulators in a rehearsal, on a loaded machine) may outlast any timeout.
             self.watchdog.start()
-
-    def last_update(self) -> bool:
-        return self.state.updates == self.total_updates
 
     def _waiting(self) -> None:
         """While the learner waits for a batch (a replay's warm-up, the first batches): rank 0's progress line."""

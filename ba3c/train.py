@@ -9,11 +9,11 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ba3c.algos import algorithm, checked
 from ba3c.config import (
     PRESETS,
     Config,
     ConfigError,
-    algorithm,
     build_parser,
     check_world,
     load_json,
@@ -121,6 +121,7 @@ def check_args(argv: Sequence[str] | None) -> Checked:
     from ba3c.simulators import resolve_env
 
     cfg, resume = resolve(argv)
+    checked(cfg)  # what the algorithm cannot combine with
     spec = resolve_env(cfg.sim.env)
     cfg = resolve_life_loss(cfg, spec.kind == "atari")  # config.json records what the run does
     if cfg.sim.life_loss != "ignore" and spec.kind != "atari":

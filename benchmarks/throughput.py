@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from ba3c import api
-from ba3c.algos import builtin_names
-from ba3c.config import Config, algorithm
+from ba3c.algos import algorithm, builtin_names
+from ba3c.config import Config
 from ba3c.simulators import AtariSimulator, EnvSpec, resolve_env
 from ba3c.workers import configure_tensorflow, cores_available
 from benchmarks import harness

@@ -132,8 +132,7 @@ def test_the_checks_import_no_tensorflow(workspace):
 
 def test_global_batch_fixes_can_be_applied():
     """Each fix the global-batch limit names is one a user can make (never 'at most 0')."""
-    from ba3c.batching import check_world
-    from ba3c.config import Config, ConfigError
+    from ba3c.config import Config, ConfigError, check_world
 
     cfg = Config().replace(train_batch=64)
     for ranks, says in ((65, "lower --train-batch to at most 63"), (5000, "run on at most 64 ranks")):

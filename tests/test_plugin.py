@@ -31,9 +31,9 @@ def test_the_plugin_is_found_by_its_import_path_and_by_register():
     cfg = Config().replace(algo="reinforce-test")
     assert algos.get(cfg.learn.algo).eval_policy == "sampled"
     with pytest.raises(ConfigError, match="unknown algorithm 'nope'"):
-        Config().replace(algo="nope")
+        algos.checked(Config().replace(algo="nope"))
     with pytest.raises(ConfigError, match="cannot be loaded"):
-        Config().replace(algo="tests.plugins.reinforce:Missing")
+        algos.algorithm("tests.plugins.reinforce:Missing")
     with pytest.raises(ValueError, match="built-in"):
         algos.register("gorila", Reinforce)
 

@@ -9,10 +9,16 @@ again), or by a name given to `register` in the same process (the library route)
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from ba3c.algos.base import Actor, ActorContext, Algorithm, MemoryCost
+from ba3c.config import ConfigError
 
-__all__ = ["Actor", "ActorContext", "Algorithm", "MemoryCost", "builtin_names", "get", "register"]
+if TYPE_CHECKING:
+    from ba3c.config import Config
+
+__all__ = ["Actor", "ActorContext", "Algorithm", "MemoryCost", "algorithm", "builtin_names", "checked", "get",
+           "register"]
 
 # name -> "module:class", imported on first use (no algorithm's module is loaded before it is asked for)
 _BUILTIN = {"ba3c": "ba3c.algos.a2c:BA3C", "gorila": "ba3c.algos.dqn:Gorila"}
@@ -48,3 +54,18 @@ def get(name: str) -> Algorithm:
         raise ValueError(f"algorithm '{name}' is not a ba3c.algos.Algorithm")
     _registered[name] = algorithm
     return algorithm
+
+
+def algorithm(name: str) -> Algorithm:
+    """The algorithm --algo names; ConfigError (one line for the command line) when there is none."""
+    try:
+        return get(name)
+    except ValueError as e:
+        raise ConfigError(f"--algo: {e}") from None
+
+
+def checked(cfg: Config) -> Algorithm:
+    """The config's algorithm, after its own checks of what it cannot combine with (ConfigError)."""
+    algo = algorithm(cfg.learn.algo)
+    algo.check(cfg)
+    return algo

@@ -5,7 +5,7 @@ Gorila has four parts; in its bundled mode each machine runs one of each of the 
 * an actor: plays with epsilon-greedy on the Q-network's current weights -> here the rank's
   simulation thread, choosing actions by `GorilaActor.choose` on the live network (the predictor
   reads the learner's weights in the same process);
-* its shard of the experience store: a replay memory of the actor's own transitions -> `ba3c.replay`,
+* its shard of the experience store: a replay memory of the actor's own transitions -> `ba3c.algos.replay`,
   written by `GorilaActor.add`;
 * a learner: the DQN loss against a target network, trained on samples of the local replay ->
   `DQNLoss` in the shared `ba3c.learner.Learner`, fed by `GorilaActor.next_batch`;
@@ -37,9 +37,9 @@ import numpy as np
 from ba3c.algos.base import Actor, ActorContext, Algorithm, MemoryCost
 from ba3c.algos.replay import Replay, ReplaySample, replay_bytes
 from ba3c.config import ConfigError
-from ba3c.evaluation import epsilon_greedy_actions
 from ba3c.experience import Episode
 from ba3c.files import SPACE_ERRNOS, fmt_bytes, free_bytes
+from ba3c.predictor import epsilon_greedy_actions
 from ba3c.simulators import Batch
 
 if TYPE_CHECKING:

@@ -198,7 +198,7 @@ class Replay:
             return ReplaySample(obs, self.action[env, i].copy(), self.reward[env, i].copy(), next_obs,
                                 self.done[env, i].astype(np.float32), self.version[env, i].astype(np.int64))
 
-    # ---- persistence (--replay-save end: ba3c.gorila.save_replay / load_replay)
+    # ---- persistence (--replay-save end: ba3c.algos.dqn.save_replay / load_replay)
     def layout(self) -> dict:
         """What a saved replay must match to be loaded into this one."""
         return {"num_envs": self.num_envs, "slots": self.slots, "frame_shape": list(self.frame_shape),
