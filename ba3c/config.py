@@ -1,4 +1,7 @@
-"""Frozen configuration dataclasses, their validation, the CLI built from them, and JSON I/O.
+"""Frozen configuration dataclasses (the schema), their validation, the CLI built from them, and JSON I/O.
+
+The batch and learning-rate arithmetic (global batch, lr rules) is `ba3c.batching`; the history of removed
+options is `ba3c.removed`.
 
 Every option of `python -m ba3c.train` is a field below; its help text is the field's `help`
 metadata. Precedence (lowest first): field defaults, the algorithm's (`ALGO_DEFAULTS`, by --algo),
@@ -15,19 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ba3c.batching import LR_SCALINGS, MAX_GLOBAL_BATCH, data_ranks, global_batch
 from ba3c.files import write_json
+from ba3c.removed import removed_behaviours, removed_message, without_removed
 
 MODELS = ("auto", "nature", "paper", "mlp")
 OPTIMIZERS = ("adam", "rmsprop")
 CLIP_MODES = ("global", "avg")
-LR_SCALINGS = ("none", "linear", "sqrt")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 ALLREDUCES = ("grouped", "per-tensor")
 COMPRESSIONS = ("none", "fp16")
 GUARD_MODES = ("rollback", "warn", "off")
-ALGOS = ("ba3c", "gorila")
 LIFE_LOSS_MODES = ("auto", "ignore", "terminal")
-MAX_GLOBAL_BATCH = 4096  # twice the paper's largest; beyond it Adam needs retuning we have not done
 MAX_SEED = 2**31 - 1  # ALE takes its seeds as 32-bit signed integers (TensorFlow's seeding: 32-bit unsigned)
 MAX_EPISODE_FRAMES = 2**31 - 1  # ALE counts an episode's frames in a 32-bit signed integer
 MAX_THREADS = 1024  # per thread pool: more than any one node's cores (TensorFlow takes no more than 2**31 - 1)
@@ -92,9 +94,10 @@ class LearnConfig:
                    doc="gorila: every rank is a Gorila bundle, an actor (epsilon-greedy on the rank's live "
                        "Q-network), its shard of the replay memory and a learner (the DQN loss against a target "
                        "network) whose gradients every rank averages, as BA3C's are (docs/gorila.md). Its own "
-                       "settings are the gorila group's; for shared options it sets other defaults (ALGO_DEFAULTS, "
-                       "listed at the top of this page) under --config, --preset and flags. A resume may not change "
-                       "it.", choices=ALGOS)
+                       "settings are the gorila group's; for shared options it sets other defaults (the algorithm "
+                       "defaults listed at the top of this page) under --config, --preset and flags. A plug-in "
+                       "algorithm is named by its import path, module.path:ClassName (docs/architecture.md). A "
+                       "resume may not change it.", metavar="NAME")
     model: str = _f("auto", "network: auto (nature for images, mlp for vectors), nature, paper, mlp",
                     doc="paper is the BA3C authors' network, about 10x slower per sample on CPU than the Nature CNN; "
                         "--preset paper does not change the network. A resume may not change it.", choices=MODELS)
@@ -262,6 +265,19 @@ class GorilaConfig:
                               "--learning-starts again. A disk without room skips it with a line. Off by default "
                               "for that disk use (docs/gorila.md: measured costs).", choices=("off", "end"))
 
+    def check(self) -> None:
+        """This group's own values (whichever --algo: every saved config carries the group)."""
+        for name in ("replay_size", "train_every", "target_every"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{_flag(name)}: must be > 0, got {getattr(self, name)}")
+        for name in ("learning_starts", "eps_decay_steps"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{_flag(name)}: must be >= 0, got {getattr(self, name)}")
+        for name in ("eps_start", "eps_end"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{_flag(name)}: must be in [0, 1] (a probability of a random action), got "
+                                  f"{getattr(self, name)}")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -286,17 +302,6 @@ class Config:
 
 _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunConfig, "gorila": GorilaConfig}
 
-# Shared options whose good value depends on the algorithm: the defaults --algo chooses, under --config, --preset
-# and flags (ba3c.train.resolve); config.json records the values resolved. Gorila's (docs/gorila.md): CleanRL
-# dqn_atari's Adam (lr 1e-4, epsilon 1e-8, PyTorch's default), batch 32 and no gradient clipping (as CleanRL);
-# the lr not scaled with the ranks (none measured); 8 synchronous simulators per rank (CleanRL plays 1); no
-# collapse guard (it watches a policy's entropy); DQN's evaluation (epsilon 0.05).
-ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
-    "ba3c": {},
-    "gorila": dict(lr=1e-4, adam_eps=1e-8, train_batch=32, clip_norm=0.0, lr_scaling="none", num_envs=8,
-                   predict_batch=8, collapse_guard="off", eval_policy="egreedy"),
-}
-
 # Options added after runs were saved, and the value a saved config that lacks one ran with (which
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
@@ -306,19 +311,6 @@ IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": 
                                              "sticky_actions": 0.0, "checkpoint_max_failures": 3}
 # Runs saved before Gorila mode existed are BA3C runs; the gorila group's defaults stand in for its options there.
 IMPLIED_BY_OLDER_CONFIGS.update(algo="ba3c", **{f.name: f.default for f in fields(GorilaConfig)})
-
-# Options removed because their experiments measured no gain (docs: batch scaling, learning rate, scaling; the code
-# is in git history: REMOVED_IN names, per option, the last commit that has it). A saved config may still hold them.
-# The value given here is the behaviour that remains (None: a knob of the removed behaviour, meaningless without
-# it): such entries are dropped silently. Any other value means the run trained with the removed behaviour: a resume
-# cannot continue it, an evaluation can (the network is the same).
-REMOVED_OPTIONS: dict[str, Any] = {"lr_adapt": "none", "kl_target": None, "kl_lr_max": None, "kl_samples": None,
-                                   "advantage_norm": "none", "lr_decay": "none", "lr_decay_frames": None,
-                                   "exchange": "sync"}
-_KL_GONE, _DECAY_GONE, _OVERLAP_GONE = "7a76fc9bcf21", "3fb9c3a6a7b7", "a8907d52b199"
-REMOVED_IN: dict[str, str] = {"lr_adapt": _KL_GONE, "kl_target": _KL_GONE, "kl_lr_max": _KL_GONE,
-                              "kl_samples": _KL_GONE, "advantage_norm": _KL_GONE,
-                              "lr_decay": _DECAY_GONE, "lr_decay_frames": _DECAY_GONE, "exchange": _OVERLAP_GONE}
 
 # The paper's optimizer settings (the authors' released code, deepsense-ai/Distributed-BA3C). The network is not
 # part of it: add --model paper for theirs (10x slower per sample on CPU than the Nature CNN).
@@ -357,8 +349,15 @@ def field_type(f: Any) -> type:
 
 def validate(cfg: Config) -> None:
     """Reject configurations that cannot run, naming the option and what would be valid."""
-    s, l, r = cfg.sim, cfg.learn, cfg.run
-    for group in (s, l, r, cfg.gorila):
+    _check_types(cfg)
+    _check_ranges(cfg)
+    _check_combinations(cfg)
+    cfg.gorila.check()
+
+
+def _check_types(cfg: Config) -> None:
+    """Every field of every group has its type (an int where a float goes is fine), and its choices."""
+    for group in (cfg.sim, cfg.learn, cfg.run, cfg.gorila):
         for f in fields(group):
             v = getattr(group, f.name)
             want = field_type(f)
@@ -371,6 +370,11 @@ def validate(cfg: Config) -> None:
             choices = f.metadata.get("choices")
             if choices and v not in choices:
                 raise ConfigError(f"{_flag(f.name)}: '{v}' is not one of {', '.join(choices)}")
+
+
+def _check_ranges(cfg: Config) -> None:
+    """Each value on its own: positive, non-negative, at most what the emulators and thread pools take."""
+    s, l, r = cfg.sim, cfg.learn, cfg.run
     positive = dict(num_envs=s.num_envs, predict_batch=s.predict_batch, max_episode_frames=s.max_episode_frames,
                     n_step=l.n_step, train_batch=l.train_batch, lr=l.lr, lr_ref_batch=l.lr_ref_batch,
                     total_frames=r.total_frames, log_interval_s=r.log_interval_s,
@@ -404,17 +408,22 @@ def validate(cfg: Config) -> None:
     for name in ("guard_entropy_drop", "guard_lr_cut"):
         if not 0.0 < getattr(r, name) < 1.0:
             raise ConfigError(f"{_flag(name)}: must be in (0, 1), got {getattr(r, name)}")
+    for name in ("beta1", "beta2", "rms_alpha"):
+        if not 0.0 <= getattr(l, name) < 1.0:
+            raise ConfigError(f"--{name}: must be in [0, 1), got {getattr(l, name)}")
+    if not 0.0 < l.gamma <= 1.0:
+        raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
+
+
+def _check_combinations(cfg: Config) -> None:
+    """Values that cannot go together (one process: the number of ranks is checked by check_world later)."""
+    s, l, r = cfg.sim, cfg.learn, cfg.run
     for option, p in (("--sticky-actions", s.sticky_actions), ("--eval-sticky-actions", r.eval_sticky_actions)):
         if (problem := sticky_actions_problem(option, p)) is not None:
             raise ConfigError(problem)
     if s.decorrelate_steps and s.predict_batch != s.num_envs:
         raise ConfigError(f"--decorrelate-steps {s.decorrelate_steps}: ALE restarts single games only in synchronous "
                           f"simulation; set --predict-batch equal to --num-envs ({s.num_envs}), now {s.predict_batch}")
-    if not 0.0 < l.gamma <= 1.0:
-        raise ConfigError(f"--gamma: must be in (0, 1], got {l.gamma}")
-    for name in ("beta1", "beta2", "rms_alpha"):
-        if not 0.0 <= getattr(l, name) < 1.0:
-            raise ConfigError(f"--{name}: must be in [0, 1), got {getattr(l, name)}")
     if s.predict_batch > s.num_envs:
         raise ConfigError(f"--predict-batch {s.predict_batch} is larger than --num-envs {s.num_envs}; "
                           f"use at most {s.num_envs} (or raise --num-envs)")
@@ -433,62 +442,6 @@ def validate(cfg: Config) -> None:
     if l.noise_scale_every and r.rehearse_ranks == 1 and l.train_batch < 8:
         raise ConfigError(f"--noise-scale-every needs sub-batches of at least 2 samples: --train-batch {l.train_batch} "
                           f"/ 4 is less; raise --train-batch to 8 or more, or rehearse ranks (--rehearse-ranks)")
-    validate_gorila(cfg)
-
-
-def validate_gorila(cfg: Config) -> None:
-    """The gorila group's values, and what Gorila mode cannot combine with."""
-    g, s, l, r = cfg.gorila, cfg.sim, cfg.learn, cfg.run
-    for name in ("replay_size", "train_every", "target_every"):
-        if getattr(g, name) <= 0:
-            raise ConfigError(f"{_flag(name)}: must be > 0, got {getattr(g, name)}")
-    for name in ("learning_starts", "eps_decay_steps"):
-        if getattr(g, name) < 0:
-            raise ConfigError(f"{_flag(name)}: must be >= 0, got {getattr(g, name)}")
-    for name in ("eps_start", "eps_end"):
-        if not 0.0 <= getattr(g, name) <= 1.0:
-            raise ConfigError(f"{_flag(name)}: must be in [0, 1] (a probability of a random action), got "
-                              f"{getattr(g, name)}")
-    if l.algo != "gorila":
-        return
-    # a stacked observation needs its 4 frames and its successor in one environment's stream of the replay
-    if g.replay_size // s.num_envs < 6:
-        raise ConfigError(f"--replay-size {g.replay_size} leaves {g.replay_size // s.num_envs} transitions to each of "
-                          f"--num-envs {s.num_envs} simulators; use at least {6 * s.num_envs}")
-    not_with = [("--collapse-guard", r.collapse_guard, "off", "the guard watches a policy's entropy, and a Q-network "
-                 "has none"),
-                ("--rehearse-ranks", r.rehearse_ranks, 1, "a rehearsal of Gorila ranks is not built"),
-                ("--noise-scale-every", l.noise_scale_every, 0, "it measures BA3C's policy-gradient term"),
-                ("--decorrelate-steps", s.decorrelate_steps, 0, "an epsilon of 1 at the start already plays at "
-                 "random")]
-    for flag, value, want, why in not_with:
-        if value != want:
-            raise ConfigError(f"{flag} {value} does not go with --algo gorila ({why}); use {flag} {want}")
-
-
-def sticky_actions_problem(option: str, p: float, env_kind: str = "atari", env_name: str = "") -> str | None:
-    """Why `p` is no repeat-action probability ALE can play (0 <= p < 1; 1 would never take an action; Atari only),
-    or None. Callers raise their own error type (ConfigError for the trainer, EvalError for ba3c.evaluate)."""
-    if not (isinstance(p, (int, float)) and 0.0 <= p < 1.0):  # also rejects nan
-        return (f"{option}: must be in [0, 1) (the probability that an emulator frame repeats the previous action; "
-                f"0.25 in the BA3C authors' gym *-v0 environments), got {p}")
-    if p and env_kind != "atari":
-        return f"{option} {p}: sticky actions are an ALE setting; {env_name or env_kind} is not an Atari game (use 0)"
-    return None
-
-
-def data_ranks(cfg: Config, world_size: int) -> int:
-    """The ranks whose data one update holds: the real ones, times --rehearse-ranks."""
-    return world_size * cfg.run.rehearse_ranks
-
-
-def noise_sub_batch(cfg: Config) -> int:
-    """--noise-scale-every's small batch: one rehearsed rank's batch, or a quarter of the rank's batch."""
-    return cfg.learn.train_batch if cfg.run.rehearse_ranks > 1 else cfg.learn.train_batch // 4
-
-
-def global_batch(cfg: Config, world_size: int) -> int:
-    return cfg.learn.train_batch * data_ranks(cfg, world_size)
 
 
 def check_world(cfg: Config, world_size: int) -> None:
@@ -508,15 +461,15 @@ def check_world(cfg: Config, world_size: int) -> None:
                           f"{' or '.join(fixes)}")
 
 
-def scaled_lr(cfg: Config, world_size: int) -> float:
-    """Learning rate for the global batch (rehearsed ranks included), by the rule in `lr_scaling`."""
-    ratio = global_batch(cfg, world_size) / cfg.learn.lr_ref_batch
-    rule = cfg.learn.lr_scaling
-    if rule == "linear":
-        return cfg.learn.lr * ratio
-    if rule == "sqrt":
-        return cfg.learn.lr * math.sqrt(ratio)
-    return cfg.learn.lr
+def sticky_actions_problem(option: str, p: float, env_kind: str = "atari", env_name: str = "") -> str | None:
+    """Why `p` is no repeat-action probability ALE can play (0 <= p < 1; 1 would never take an action; Atari only),
+    or None. Callers raise their own error type (ConfigError for the trainer, EvalError for ba3c.evaluate)."""
+    if not (isinstance(p, (int, float)) and 0.0 <= p < 1.0):  # also rejects nan
+        return (f"{option}: must be in [0, 1) (the probability that an emulator frame repeats the previous action; "
+                f"0.25 in the BA3C authors' gym *-v0 environments), got {p}")
+    if p and env_kind != "atari":
+        return f"{option} {p}: sticky actions are an ALE setting; {env_name or env_kind} is not an Atari game (use 0)"
+    return None
 
 
 # ---------------------------------------------------------------- CLI and JSON
@@ -586,38 +539,6 @@ def load_json(path: str) -> dict[str, Any]:
     if used := removed_behaviours(data):
         raise ConfigError(removed_message(f"--config {path}", used))
     return _from_nested(without_removed(data), f"--config {path}")
-
-
-def _saved_items(data: Any) -> list[tuple[str, Any]]:
-    """(option, value) of a saved config, nested by group or flat, in the file's order."""
-    if not isinstance(data, dict):
-        return []
-    out: list[tuple[str, Any]] = []
-    for key, value in data.items():
-        out += list(value.items()) if key in _GROUPS and isinstance(value, dict) else [(key, value)]
-    return out
-
-
-def removed_behaviours(data: Any) -> list[str]:
-    """The removed behaviours (REMOVED_OPTIONS) a saved config trained with, as flags: ['--lr-adapt kl']."""
-    return [f"{_flag(k)} {v}" for k, v in _saved_items(data)
-            if k in REMOVED_OPTIONS and REMOVED_OPTIONS[k] is not None and v != REMOVED_OPTIONS[k]]
-
-
-def removed_message(source: str, used: list[str]) -> str:
-    """`used`: removed_behaviours' flags ('--lr-adapt kl'); the message names the last commit that has each."""
-    commits = sorted({REMOVED_IN[flag.split()[0][2:].replace("-", "_")] for flag in used})
-    return (f"{source}: the run trained with {', '.join(used)}, which ba3c no longer has (its experiment measured "
-            f"no gain); continue it with git commit {', '.join(commits)}, the last that has it, or start a new run")
-
-
-def without_removed(data: Any) -> Any:
-    """A saved config without the removed options (REMOVED_OPTIONS)."""
-    if not isinstance(data, dict):
-        return data
-    return {key: ({k: v for k, v in value.items() if k not in REMOVED_OPTIONS}
-                  if key in _GROUPS and isinstance(value, dict) else value)
-            for key, value in data.items() if key not in REMOVED_OPTIONS}
 
 
 def save_json(cfg: Config, path: str) -> None:

@@ -10,7 +10,9 @@ import sys
 from dataclasses import MISSING, Field, fields
 from typing import Any
 
-from ba3c.config import _GROUPS, ALGO_DEFAULTS, PRESETS, REMOVED_IN, REMOVED_OPTIONS, field_type
+from ba3c.algos import builtin_names, get as get_algorithm
+from ba3c.config import _GROUPS, PRESETS, field_type
+from ba3c.removed import REMOVED_IN, REMOVED_OPTIONS
 
 INTRO = """\
 # Configuration
@@ -67,7 +69,8 @@ def _algo_defaults() -> list[str]:
     """The shared options each algorithm sets to other defaults than the ones listed below."""
     return _option_table("Algorithm defaults", "`--algo NAME` sets these defaults for shared options (under "
                          "`--config`, `--preset` and flags; `config.json` records the values a run resolved). Their "
-                         "sources are in docs/gorila.md.", ALGO_DEFAULTS)
+                         "sources are in docs/gorila.md.",
+                         {name: dict(get_algorithm(name).defaults) for name in builtin_names()})
 
 
 def _removed() -> list[str]:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ba3c import checkpoint as ckpt
-from ba3c.config import MAX_SEED, MAX_THREADS, ConfigError, OneLineParser
+from ba3c.algos import algorithm, builtin_names
+from ba3c.config import MAX_SEED, MAX_THREADS, ConfigError, LearnConfig, OneLineParser
 from ba3c.evaluation import (
     PAPER_MAX_EPISODE_STEPS,
     POLICIES,
@@ -111,9 +112,10 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# The protocol each algorithm's paper evaluated with: BA3C's authors' (argmax with their anti-stuck rule), and
-# DQN's, which Gorila used (epsilon-greedy 0.05).
-DEFAULT_POLICY = {"ba3c": "paper", "gorila": "egreedy"}
+def default_policy(algo: str = LearnConfig.algo) -> str:
+    """The protocol the algorithm's paper evaluated with (Algorithm.eval_policy): BA3C's authors' (argmax with their
+    anti-stuck rule), DQN's for Gorila (epsilon-greedy 0.05)."""
+    return algorithm(algo).eval_policy
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run directory (its newest valid checkpoint) or a .npz")
     p.add_argument("--episodes", type=int, default=50, help="complete episodes to play (paper: 50)")
     p.add_argument("--policy", choices=POLICIES, default=None, metavar="PROTOCOL",
-                   help=f"{', '.join(POLICIES)} (default: {DEFAULT_POLICY['ba3c']} for a BA3C run, "
-                        f"{DEFAULT_POLICY['gorila']} for a Gorila run). "
+                   help=f"{', '.join(POLICIES)} (default: the run's algorithm's: "
+                        f"{', '.join(f'{default_policy(n)} for {n}' for n in builtin_names())}). "
                         "paper: the BA3C authors' protocol (argmax, random action with "
                         "probability 0.001, action 1 (FIRE) at 30 identical choices in a row, cap "
                         f"{PAPER_MAX_EPISODE_STEPS:,} agent steps); greedy: plain argmax (a Breakout agent may never "
@@ -173,7 +175,7 @@ def _output_problem(flag: str, path: str, example: str = "eval.json") -> str | N
 def check_args(args: argparse.Namespace) -> None:
     """Every option on its own, before a checkpoint is read or TensorFlow starts; raises EvalError."""
     check_options(args.episodes, args.num_envs, args.epsilon, args.max_episode_frames,
-                  args.policy or DEFAULT_POLICY["ba3c"], args.sticky_actions)
+                  args.policy or default_policy(), args.sticky_actions)
     # environment i plays with seed + i (so many environments that no seed is left: the memory check refuses them)
     most = max(0, MAX_SEED - min(args.num_envs, args.episodes) + 1)
     if not 0 <= args.seed <= most:
@@ -202,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_args(args)
         loaded = locate_checkpoint(args.path)
         spec, trained = checkpoint_config(loaded.checkpoint)  # a config this version cannot read: said before TF
-        args.policy = args.policy or DEFAULT_POLICY[trained.learn.algo]  # each algorithm's own paper's protocol
+        args.policy = args.policy or default_policy(trained.learn.algo)  # each algorithm's own paper's protocol
         check_sticky_actions(args.sticky_actions, spec)
         check_memory(spec.kind, min(args.num_envs, args.episodes))
         sticky = f"-sticky{args.sticky_actions:g}" if args.sticky_actions else ""  # never over the evaluation without

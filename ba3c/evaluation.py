@@ -45,6 +45,7 @@ import numpy as np
 from ba3c.checkpoint import Checkpoint, assign_arrays
 from ba3c.config import MAX_EPISODE_FRAMES, Config, saved_config, sticky_actions_problem
 from ba3c.files import atomic_write
+from ba3c.predictor import epsilon_greedy_actions, greedy_actions
 from ba3c.simulators import EnvSpec, Simulator
 from ba3c.workers import EvalCancelled, cores_available
 
@@ -102,19 +103,6 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
         raise ValueError("summarize: no values")
     return {"n": int(a.size), "mean": float(a.mean()), "std": float(a.std()), "median": float(np.median(a)),
             "min": float(a.min()), "max": float(a.max())}
-
-
-def greedy_actions(logits: np.ndarray) -> np.ndarray:
-    """Argmax per row (the first of tied maxima)."""
-    return np.argmax(logits, axis=1).astype(np.int32)
-
-
-def epsilon_greedy_actions(logits: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """Per row: with probability epsilon a uniformly random action (any of them, the greedy one included), else
-    argmax."""
-    n, num_actions = logits.shape
-    explore = rng.random(n) < epsilon
-    return np.where(explore, rng.integers(0, num_actions, n), greedy_actions(logits)).astype(np.int32)
 
 
 def choose_actions(policy: str, logits: np.ndarray, rng: np.random.Generator, epsilon: float) -> np.ndarray:
@@ -464,12 +452,13 @@ def checkpoint_config(c: Checkpoint) -> tuple[EnvSpec, Config]:
 
 def model_from_checkpoint(c: Checkpoint) -> tuple[Any, EnvSpec, Config]:  # -> (keras model, spec, its run's config)
     """Rebuild the network the checkpoint was trained with and load its weights (not the optimizer state)."""
-    from ba3c.model import build_model, head_for
+    from ba3c.algos import algorithm
+    from ba3c.model import build_model
 
     spec, cfg = checkpoint_config(c)
     meta = c.meta
     model = build_model(meta["model"], tuple(meta["obs_shape"]), int(meta["num_actions"]), seed=cfg.sim.seed,
-                        head=head_for(cfg.learn.algo))  # Gorila's checkpoints hold a Q-network: argmax of Q
+                        head=algorithm(cfg.learn.algo).head)  # a Q-network's checkpoint: argmax of Q
     weights = model.weights
     try:  # model weights come first; the rest is optimizer state
         assign_arrays(weights, c.arrays[:len(weights)], f"checkpoint '{c.path}' ({meta['model']} model)")

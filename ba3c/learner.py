@@ -1,8 +1,8 @@
-"""Loss, compiled train step, Adam, gradient clipping and the gradient exchange between ranks.
+"""Compiled train step, Adam (or RMSProp), gradient clipping and the gradient exchange between ranks.
 
-The loss is the algorithm's (BA3C's `A2CLoss` here, Gorila's `ba3c.gorila.DQNLoss`); everything else in an
-update (the compiled fused step, the exchange, clipping, Adam, the state that checkpoints and the start-up
-broadcast carry) is shared.
+The loss is the algorithm's (`Algorithm.make_loss`, ba3c.algos); everything else in an update (the compiled
+fused step, the exchange, clipping, the optimizer, the state that checkpoints and the start-up broadcast
+carry) is shared.
 """
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ import numpy as np
 from ba3c.checkpoint import assign_arrays
 from ba3c.config import LearnConfig
 from ba3c.dist import Dist
-from ba3c.experience import TrainBatch
 
 
 @dataclass
 class StepStats:
-    terms: dict[str, float]  # the loss's statistics by name (A2CLoss.names, DQNLoss.names): progress.csv columns
+    terms: dict[str, float]  # the loss's statistics by name (its `names`), the actor's: progress.csv columns
     grad_norm: float
     train_s: float       # whole update, wall time
     allreduce_s: float   # exposed exchange: the part of the update spent waiting for averaged gradients after
@@ -77,48 +76,6 @@ def _packed(tf, losses, norm, exposed):
     return tf.concat([tf.cast(losses, tf.float64), tf.stack([tf.cast(norm, tf.float64), exposed])], 0)
 
 
-class A2CLoss:
-    """BA3C's loss: policy gradient + value_coef x value regression - entropy_coef x entropy, on n-step returns.
-
-    The interface every algorithm's loss has: `names` (its three statistics), `inputs(batch)` (the batch's
-    arrays it takes), `__call__(model, *inputs)` (in graph: the loss and its statistics), `after_update(updates)`
-    and `state_variables()` (what checkpoints carry besides the network and Adam)."""
-
-    names = ("policy_loss", "value_loss", "entropy")
-
-    def __init__(self, cfg: LearnConfig) -> None:
-        self.value_coef, self.entropy_coef = cfg.value_coef, cfg.entropy_coef
-
-    @staticmethod
-    def inputs(batch: TrainBatch) -> tuple[np.ndarray, ...]:
-        return batch.obs, batch.actions, batch.returns, batch.advantages
-
-    @staticmethod
-    def terms(model, obs, actions, returns, advantages) -> tuple[Any, Any, Any]:
-        """The loss's terms on a batch: policy gradient, value regression, entropy."""
-        import tensorflow as tf
-
-        logits, value = model(obs, training=True)
-        logp = tf.nn.log_softmax(logits)
-        policy_loss = -tf.reduce_mean(tf.gather(logp, actions, batch_dims=1) * advantages)
-        value_loss = 0.5 * tf.reduce_mean(tf.square(returns - tf.squeeze(value, -1)))
-        entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(logp) * logp, -1))
-        return policy_loss, value_loss, entropy
-
-    def __call__(self, model, *inputs) -> tuple[Any, Any]:
-        import tensorflow as tf
-
-        policy_loss, value_loss, entropy = self.terms(model, *inputs)
-        loss = policy_loss + self.value_coef * value_loss - self.entropy_coef * entropy
-        return loss, tf.stack([policy_loss, value_loss, entropy])
-
-    def after_update(self, updates: int) -> None:
-        pass
-
-    def state_variables(self) -> list:
-        return []
-
-
 class Learner:
     """Owns the optimizer; `train(batch)` makes one synchronous update on every rank."""
 
@@ -129,7 +86,11 @@ class Learner:
 
         self._tf = tf
         self.model, self.cfg, self.dist = model, cfg, dist
-        self.loss = loss if loss is not None else A2CLoss(cfg)  # the algorithm's (A2CLoss's interface)
+        if loss is None:  # callers that time an update (benchmarks, tests) get BA3C's loss
+            from ba3c.algos.a2c import A2CLoss
+
+            loss = A2CLoss(cfg)
+        self.loss = loss  # the algorithm's (ba3c.algos.base: names, inputs, __call__, after_update, state_variables)
         self.base_lr, self.warmup = lr, warmup_updates
         if cfg.optimizer == "rmsprop":
             self.opt = keras.optimizers.RMSprop(learning_rate=lr, rho=cfg.rms_alpha, epsilon=cfg.adam_eps)
@@ -268,7 +229,7 @@ class Learner:
         terms = dict(zip(self.loss.names, (float(x) for x in np.asarray(losses))))
         self.updates += 1
         self.lr_step += 1
-        self.loss.after_update(self.updates)  # Gorila: the target copy, at the same update on every rank
+        self.loss.after_update(self.updates)  # a target network's copy, at the same update on every rank
         return StepStats(terms, float(norm), time.perf_counter() - t0, exchange_s, lag, *noise)
 
     def _gradient_noise(self, args: tuple) -> tuple[float, float, float, float, int, int]:
@@ -341,7 +302,7 @@ class Learner:
 
     # ---- state for checkpoints and the start-up broadcast
     def _state_variables(self) -> list:
-        """The network's weights, Adam's variables, then the loss's own (Gorila: the target network): the network
+        """The network's weights, Adam's variables, then the loss's own (a target network): the network
         comes first, so that evaluation reads it from any checkpoint."""
         return list(self.model.weights) + list(self.opt.variables) + list(self.loss.state_variables())
 

@@ -9,11 +9,6 @@ import numpy as np
 HEADS = ("actor_critic", "q")
 
 
-def head_for(algo: str) -> str:
-    """The network head an algorithm (--algo) trains: BA3C's policy and value, Gorila's action values."""
-    return "q" if algo == "gorila" else "actor_critic"
-
-
 def build_model(kind: str, obs_shape: tuple[int, ...], num_actions: int, seed: int,
                 head: str = "actor_critic"):  # -> keras.Model
     """`nature` (Mnih et al. 2015 CNN), `paper` (Adamski et al. 2018), `mlp` (vector observations).

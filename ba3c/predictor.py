@@ -1,4 +1,4 @@
-"""Batched predictor: one compiled forward pass per ready batch, actions sampled from the policy."""
+"""Batched predictor: one compiled forward pass per ready batch; the action rules (sampled, greedy, epsilon-greedy)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +11,19 @@ def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     cdf = np.cumsum(p, axis=1)
     u = rng.random(len(logits)) * cdf[:, -1]
     return np.minimum((u[:, None] > cdf).sum(axis=1), logits.shape[1] - 1).astype(np.int32)
+
+
+def greedy_actions(logits: np.ndarray) -> np.ndarray:
+    """Argmax per row (the first of tied maxima)."""
+    return np.argmax(logits, axis=1).astype(np.int32)
+
+
+def epsilon_greedy_actions(logits: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Per row: with probability epsilon a uniformly random action (any of them, the greedy one included), else
+    argmax."""
+    n, num_actions = logits.shape
+    explore = rng.random(n) < epsilon
+    return np.where(explore, rng.integers(0, num_actions, n), greedy_actions(logits)).astype(np.int32)
 
 
 class Predictor:

@@ -12,7 +12,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -67,23 +67,60 @@ def print_timers(sim_s: dict[str, float], learn_s: dict[str, float], wall: float
     print("\n".join(timer_table(sim_s, learn_s, wall)))
 
 
+def frames_done(frames: int, total: int) -> str:
+    """The progress line's start: the percent and the frames, of one count."""
+    return f"[{min(1.0, frames / total):6.1%}] frames {frames:,}/{total:,}"
+
+
+def waiting_line(total: int, state: RunState, played: int, steps: int, warmup_steps: int, now: float) -> str:
+    """The progress line before the first update: the frames played so far and, in a warm-up (a replay memory
+    filling), its steps. `played`: frames of all ranks in this process (rank 0's times the ranks: they play in
+    step); `steps`: rank 0's agent steps; `warmup_steps`: each rank's before training."""
+    frames, elapsed = state.frames + played, max(now - state.t_start, 1e-9)
+    if warmup_steps:
+        rate = steps / elapsed
+        eta = (warmup_steps - steps) / rate if rate > 0 else float("inf")
+        what = (f"warm-up {min(steps, warmup_steps):,}/{warmup_steps:,} agent steps per rank | "
+                f"{played / elapsed:,.0f} fps | warm-up ends in {fmt_duration(max(0.0, eta))}")
+    else:
+        what = "waiting for the first train batch"
+    return f"{frames_done(frames, total)} | {what} | elapsed {fmt_duration(state.elapsed(now))}"
+
+
+def noise_columns(noise: list[StepStats]) -> tuple[dict[str, Any], dict[str, float]]:
+    """--noise-scale-every's measurements since the last row, pooled before dividing (one measurement's |G|^2 is
+    noisy and can be negative): progress.csv columns and TensorBoard scalars."""
+    mean = {k: float(np.mean([getattr(n, k) for n in noise]))
+            for k in ("grad_sq_small", "grad_sq_big", "pg_sq_small", "pg_sq_big")}
+    b_small, b_big = noise[-1].b_small, noise[-1].b_big
+    g2, trace, b_simple = noise_scale(mean["grad_sq_small"], mean["grad_sq_big"], b_small, b_big)
+    pg2, pg_trace, pg_simple = noise_scale(mean["pg_sq_small"], mean["pg_sq_big"], b_small, b_big)
+    row = dict(noise_scale=b_simple, noise_scale_policy=pg_simple, **mean, noise_b_small=b_small, noise_b_big=b_big,
+               noise_n=len(noise))
+    scalars = {"noise/b_simple": b_simple, "noise/grad_sq_true": g2, "noise/trace_sigma": trace,
+               "noise/b_simple_policy": pg_simple, "noise/policy_grad_sq_true": pg2,
+               "noise/policy_trace_sigma": pg_trace}
+    return row, scalars
+
+
 class Reporter:
     """Everything rank 0 says and writes about a run, through one `RunWriter`."""
 
     def __init__(self, run_dir: str, cfg: Config, meta: dict[str, Any], state: RunState, resumed: bool,
-                 value_bound: float | None = None) -> None:
-        """`value_bound`: the most a state can be worth (`ba3c.gorila.value_bound`); a Q-value past it is
-        reported (None: not watched)."""
+                 value_bound: float | None = None, columns: Sequence[str] = ()) -> None:
+        """`value_bound`: the most a state can be worth (`Algorithm.value_bound`); a Q-value past it is
+        reported (None: not watched). `columns`: the algorithm's statistics, progress.csv columns."""
         self.run_dir, self.run_cfg = run_dir, cfg.run
         self.value_bound = value_bound
         self._q_peak: float | None = None  # the largest |Q| of the updates since the last row (Gorila)
         self._q_warned = 0.0  # the largest |Q| a warning has named
-        self.writer = RunWriter(run_dir, state.updates if resumed else None)
+        self.writer = RunWriter(run_dir, state.updates if resumed else None, columns)
         save_json(cfg, os.path.join(run_dir, "config.json"))
         self.meta = meta
         self.writer.write_json("meta.json", meta)
         self.recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=100)  # (score, length)
         self._last_t: float | None = None  # None: before the first sync point
+        self._wait_t: float | None = None  # the last line before the first update (`waiting`)
         self._last_updates, self._last_frames = state.updates, state.frames
         self._entropies: list[float] = []  # per sync interval since the last row
         self._grad_max = 0.0
@@ -93,6 +130,14 @@ class Reporter:
         print(f"ba3c: {env} model={meta['model']} ({meta['num_params']:,} params) "
               f"ranks={meta['ranks']} dist={meta['dist_backend']} global_batch={meta['global_batch']} "
               f"lr={meta['lr_effective']:.2e}{_cut_kept(meta.get('lr_scale', 1.0))} -> {run_dir}", flush=True)
+
+    def waiting(self, state: RunState, played: int, steps: int, warmup_steps: int, now: float) -> None:
+        """Before the first update: `waiting_line` once per --log-interval-s."""
+        if self._wait_t is None:
+            self._wait_t = now
+        if now - self._wait_t >= self.run_cfg.log_interval_s:
+            print(waiting_line(self.run_cfg.total_frames, state, played, steps, warmup_steps, now), flush=True)
+            self._wait_t = now
 
     def add_update(self, stats: StepStats) -> None:
         """Each update's statistics that the next row pools: the gradient noise where this update measured it
@@ -105,11 +150,10 @@ class Reporter:
             self._q_peak = q if self._q_peak is None else max(self._q_peak, q)
 
     def sync(self, state: RunState, episodes: list[tuple[float, int]], stage_s: dict[str, float], stats: StepStats,
-             interval: IntervalStats, verdict: str, lr: float, now: float, *, total_updates: int, force: bool,
+             interval: IntervalStats, verdict: str, lr: float, now: float, *, force: bool,
              health: Callable[[], FeatureHealth] | None = None) -> None:
         """One sync point: remember the episodes and the interval's statistics; once per --log-interval-s (and
-        whenever `force`) the progress line, a CSV row and TensorBoard scalars. `total_updates` is the run's last
-        update, owned by the Trainer (a Gorila resume that loads its replay moves it)."""
+        whenever `force`) the progress line, a CSV row and TensorBoard scalars."""
         self.recent.extend(episodes)
         self._entropies.append(interval.entropy)
         self._grad_max = max(self._grad_max, interval.grad_norm_max)
@@ -129,10 +173,10 @@ class Reporter:
         mean = float(np.mean(rets)) if rets else None
         # no episode ended yet in this process (a start, or a resume: the games start again)
         ret = f"{mean:.2f} (last {len(rets)}" if mean is not None else "- (none ended yet"
-        eta = (total_updates - state.updates) / ups if ups > 0 else float("inf")
-        print(f"[{state.updates / total_updates:6.1%}] frames {state.frames:,}/{self.run_cfg.total_frames:,} | "
-              f"{fps:,.0f} fps | {ups:.2f} upd/s | return {ret}; "
-              f"{state.episodes} episodes) | elapsed {fmt_duration(state.elapsed(now))} ETA {fmt_duration(eta)}",
+        # one count behind the percent, the frames and the ETA: the frames played (a replay's warm-up included)
+        eta = max(0, self.run_cfg.total_frames - state.frames) / fps if fps > 0 else float("inf")
+        print(f"{frames_done(state.frames, self.run_cfg.total_frames)} | {fps:,.0f} fps | {ups:.2f} upd/s | return "
+              f"{ret}; {state.episodes} episodes) | elapsed {fmt_duration(state.elapsed(now))} ETA {fmt_duration(eta)}",
               flush=True)
         row = {"time_s": round(state.elapsed(now), 2), "cpu_s": round(state.cpu_s, 3), "frames": state.frames,
                "updates": state.updates, "episodes": state.episodes, "frames_per_s": round(fps, 1),
@@ -152,17 +196,10 @@ class Reporter:
         row["entropy_mean"] = scalars["losses/entropy_mean"] = float(np.mean(self._entropies))
         row["grad_norm_max"] = scalars["losses/grad_norm_max"] = self._grad_max
         row["guard"], row["rollbacks"] = self._worst, state.rollbacks
-        if self._noise:  # pooled before dividing: one measurement's |G|^2 is noisy and can be negative
-            mean = {k: float(np.mean([getattr(n, k) for n in self._noise]))
-                    for k in ("grad_sq_small", "grad_sq_big", "pg_sq_small", "pg_sq_big")}
-            b_small, b_big = self._noise[-1].b_small, self._noise[-1].b_big
-            g2, trace, b_simple = noise_scale(mean["grad_sq_small"], mean["grad_sq_big"], b_small, b_big)
-            pg2, pg_trace, pg_simple = noise_scale(mean["pg_sq_small"], mean["pg_sq_big"], b_small, b_big)
-            row.update(noise_scale=b_simple, noise_scale_policy=pg_simple, **mean, noise_b_small=b_small,
-                       noise_b_big=b_big, noise_n=len(self._noise))
-            scalars.update({"noise/b_simple": b_simple, "noise/grad_sq_true": g2, "noise/trace_sigma": trace,
-                            "noise/b_simple_policy": pg_simple, "noise/policy_grad_sq_true": pg2,
-                            "noise/policy_trace_sigma": pg_trace})
+        if self._noise:
+            noise_row, noise_scalars = noise_columns(self._noise)
+            row.update(noise_row)
+            scalars.update(noise_scalars)
         if health is not None:  # measured only for a row: a forward pass of the probe
             h = asdict(health())
             row.update(h)

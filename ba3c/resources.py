@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ba3c.algos.base import MemoryCost
 from ba3c.config import Config, ConfigError
 
 MB = 1 << 20
@@ -29,16 +30,16 @@ class MemoryEstimate:
     frames: int   # observations held per environment: n-step segment, predictor and experience buffers
     batches: int  # train batches queued, being assembled and being trained, plus their activations
     base: int
-    replay: int = 0  # Gorila's replay memory, full (ba3c.replay.replay_bytes)
+    algo: int = 0  # what the algorithm keeps besides (a replay memory, full: ba3c.algos.base.MemoryCost)
 
     @property
     def total(self) -> int:
-        return self.emulators + self.frames + self.batches + self.base + self.replay
+        return self.emulators + self.frames + self.batches + self.base + self.algo
 
 
-def estimate_memory(cfg: Config, kind: str, obs_bytes: int, model: str, replay_slot_bytes: int = 0) -> MemoryEstimate:
-    """replay_slot_bytes: what one transition takes in Gorila's replay memory (ba3c.replay.replay_bytes(1, ...)); the
-    replay is counted full, at --replay-size, with --algo gorila."""
+def estimate_memory(cfg: Config, kind: str, obs_bytes: int, model: str,
+                    extra: MemoryCost | None = None) -> MemoryEstimate:
+    """extra: what the algorithm keeps per rank besides (`Algorithm.memory`: a replay memory counted full)."""
     s, l, r = cfg.sim, cfg.learn, cfg.run
     k = r.rehearse_ranks  # a rehearsal holds K ranks' simulators and batches in one process
     num_envs, train_batch, predict_batch = s.num_envs * k, l.train_batch * k, s.predict_batch * k
@@ -46,8 +47,8 @@ def estimate_memory(cfg: Config, kind: str, obs_bytes: int, model: str, replay_s
     frames = num_envs * (l.n_step + 3) * obs_bytes
     in_flight = (r.queue_batches + 2) * train_batch * obs_bytes
     activations = (train_batch + predict_batch) * TRAIN_BYTES_PER_SAMPLE[model]
-    replay = cfg.gorila.replay_size * replay_slot_bytes if l.algo == "gorila" else 0
-    return MemoryEstimate(num_envs * EMULATOR_BYTES[kind], frames, in_flight + activations, BASE_BYTES, replay)
+    return MemoryEstimate(num_envs * EMULATOR_BYTES[kind], frames, in_flight + activations, BASE_BYTES,
+                          extra.bytes if extra is not None else 0)
 
 
 def available_memory() -> int:
@@ -80,19 +81,20 @@ def _meminfo_available() -> int:
 
 
 def check_memory(cfg: Config, kind: str, obs_bytes: int, model: str, ranks_here: int, available: int,
-                 replay_slot_bytes: int = 0) -> MemoryEstimate:
+                 extra: MemoryCost | None = None) -> MemoryEstimate:
     """Raise ConfigError naming what the request needs, what there is, and what would fit."""
-    est = estimate_memory(cfg, kind, obs_bytes, model, replay_slot_bytes)
+    est = estimate_memory(cfg, kind, obs_bytes, model, extra)
     usable = int(available * USABLE_FRACTION)
     if est.total * ranks_here <= usable:
         return est
     who = f" x {ranks_here} ranks on this host" if ranks_here > 1 else ""
-    if est.replay > est.total - est.replay:  # Gorila's replay memory is most of it: name the size that fits
-        rest = est.total - est.replay
-        fits = max(0, (usable // ranks_here - rest) // replay_slot_bytes)
-        fix = (f"use at most --replay-size {fits:,}" if fits >= 6 * cfg.sim.num_envs else
-               "run fewer ranks per host (the rest of a rank leaves no room for a replay memory)")
-        raise ConfigError(f"--replay-size {cfg.gorila.replay_size:,} needs about {_size(est.replay)} per rank{who}, "
+    if extra is not None and extra.unit_bytes and est.algo > est.total - est.algo:
+        # the algorithm's own memory (a replay) is most of it: name the size of its option that fits
+        rest = est.total - est.algo
+        fits = max(0, (usable // ranks_here - rest) // extra.unit_bytes)
+        fix = (f"use at most {extra.option} {fits:,}" if fits >= extra.least else
+               f"run fewer ranks per host (the rest of a rank leaves no room for {extra.what})")
+        raise ConfigError(f"{extra.option} {extra.value:,} needs about {_size(est.algo)} per rank{who}, "
                           f"besides {_size(rest)} for the rest of each rank; this machine has {_size(available)} "
                           f"available; {fix}")
     need = (f"needs about {_size(est.total * ranks_here)} ({_size(est.emulators)} emulators, "

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ba3c.files import SPACE_ERRNOS, NoSpaceError, append_text, atomic_write, write_json
@@ -160,12 +161,14 @@ class RunWriter:
 
     WARN_EVERY_S = 60.0
 
-    def __init__(self, run_dir: str, resume_updates: int | None) -> None:
+    def __init__(self, run_dir: str, resume_updates: int | None, columns: Sequence[str] = ()) -> None:
+        """`columns`: the algorithm's statistics (its loss's names, its actor's) that progress.csv lacks."""
         import tensorflow as tf
 
         self.run_dir = run_dir
         os.makedirs(run_dir, exist_ok=True)
-        self.progress = CsvLog(os.path.join(run_dir, "progress.csv"), PROGRESS_FIELDS)
+        fields = PROGRESS_FIELDS + [c for c in dict.fromkeys(columns) if c not in PROGRESS_FIELDS]
+        self.progress = CsvLog(os.path.join(run_dir, "progress.csv"), fields)
         self.events = CsvLog(os.path.join(run_dir, "events.csv"), EVENT_FIELDS, fsync=True)
         self.evals = CsvLog(os.path.join(run_dir, "eval.csv"), EVAL_FIELDS, upgrade=True)
         if resume_updates is not None:

@@ -9,8 +9,8 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ba3c.algos import algorithm, checked
 from ba3c.config import (
-    ALGO_DEFAULTS,
     PRESETS,
     Config,
     ConfigError,
@@ -64,7 +64,7 @@ def resolve(argv: Sequence[str] | None) -> tuple[Config, bool]:
         values.update(PRESETS[ns["preset"]])
     values.update(ns)
     # The algorithm's defaults for shared options, under all of the above (a resumed run's config holds every option)
-    defaults = ALGO_DEFAULTS.get(values.get("algo", "ba3c"), {})
+    defaults = algorithm(values.get("algo", "ba3c")).defaults
     return Config().replace(**{**defaults, **values}), bool(resume_dir)
 
 
@@ -77,7 +77,6 @@ def _check_fits(cfg: Config, spec) -> None:  # spec: simulators.EnvSpec
     """The network against the observations, and the sizes against this host's memory."""
     from ba3c import dist as dist_mod
     from ba3c.model import resolve_model_kind
-    from ba3c.replay import replay_bytes
     from ba3c.resources import available_memory, check_memory
     from ba3c.simulators import observation_info
 
@@ -87,8 +86,8 @@ def _check_fits(cfg: Config, spec) -> None:  # spec: simulators.EnvSpec
                           f"among discrete actions (try an Atari game or CartPole-v1)")
     model = resolve_model_kind(cfg.learn.model, obs.shape)
     obs_bytes = obs.itemsize * max(1, math.prod(obs.shape))
-    slot = replay_bytes(1, obs.shape, obs.itemsize) if cfg.learn.algo == "gorila" else 0
-    check_memory(cfg, spec.kind, obs_bytes, model, dist_mod.ranks_on_this_host_hint(), available_memory(), slot)
+    extra = algorithm(cfg.learn.algo).memory(cfg, obs.shape, obs.itemsize)  # a replay memory, say
+    check_memory(cfg, spec.kind, obs_bytes, model, dist_mod.ranks_on_this_host_hint(), available_memory(), extra)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,6 +121,7 @@ def check_args(argv: Sequence[str] | None) -> Checked:
     from ba3c.simulators import resolve_env
 
     cfg, resume = resolve(argv)
+    checked(cfg)  # what the algorithm cannot combine with
     spec = resolve_env(cfg.sim.env)
     cfg = resolve_life_loss(cfg, spec.kind == "atari")  # config.json records what the run does
     if cfg.sim.life_loss != "ignore" and spec.kind != "atari":

@@ -62,7 +62,7 @@ class Timers:
 
 class QueueFeed:
     """BA3C's way from the simulation thread to the learner: train batches through a bounded queue (its size
-    bounds the policy lag). Gorila's (`ba3c.gorila.GorilaActor`) has the same three methods."""
+    bounds the policy lag). An algorithm's actor may bring its own with the same three methods (ba3c.algos.base)."""
 
     def __init__(self, maxsize: int) -> None:
         self.queue: queue.Queue[TrainBatch] = queue.Queue(maxsize=maxsize)
@@ -96,10 +96,10 @@ class QueueFeed:
 class SimulationThread(threading.Thread):
     """Simulators -> predictor -> actions -> experience -> the feed the learner takes its batches from.
 
-    What differs between algorithms is plugged in: `choose` (actions from the predictor's first output:
-    BA3C samples its policy, Gorila is epsilon-greedy on Q), `experience` (what is recorded: n-step
-    returns, or the replay) and `feed` (BA3C: a bounded queue of train batches; Gorila: the replay
-    sampled on the learner's demand)."""
+    What differs between algorithms is plugged in from the algorithm's actor (ba3c.algos.base.Actor):
+    `choose` (actions from the predictor's first output: a policy sampled, epsilon-greedy on Q),
+    `experience` (what is recorded: n-step returns, a replay memory) and `feed` (None: a bounded queue of
+    train batches; else the actor's own, a replay sampled on the learner's demand)."""
 
     def __init__(self, sim: Simulator, predictor, experience: Experience, rng: np.random.Generator, env_seed: int,
                  queue_batches: int, policy_version: Callable[[], int] = lambda: 0, decorrelate_steps: int = 0,
@@ -118,14 +118,17 @@ class SimulationThread(threading.Thread):
         self._episodes: list[Episode] = []
         self._lock = threading.Lock()
 
-    def next_batch(self) -> Any:
-        """The learner's side of the feed: the next train batch; raises this thread's error if it failed."""
+    def next_batch(self, on_wait: Callable[[], None] | None = None) -> Any:
+        """The learner's side of the feed: the next train batch; raises this thread's error if it failed.
+        `on_wait` is called every second spent waiting (a progress line during a warm-up)."""
         while True:
             batch = self.feed.next_batch(timeout=1.0)
             if batch is not None:
                 return batch
             if self.error is not None:
                 raise self.error
+            if on_wait is not None:
+                on_wait()
 
     def discard_queued(self) -> int:
         """Drop the train batches waiting in the feed (after a rollback: the collapsed policy played them)."""

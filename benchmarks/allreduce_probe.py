@@ -54,9 +54,10 @@ def main() -> None:
             f = tf.function(lambda x: hvd.grouped_allreduce([x], op=hvd.Average))
             rows.append({"backend": "horovod", "floats": n, "bytes": 4 * n,
                          "seconds": timed(lambda f=f, t=t: f(t)[0].numpy())})
-        from ba3c.model import build_model
+        from ba3c import api
+        from ba3c.config import Config
 
-        model = build_model("nature", (4, 84, 84), 6, seed=0)
+        model = api.network(Config(), (4, 84, 84), 6, kind="nature")
         grads = [tf.ones_like(v) for v in model.trainable_variables]
         n_model = int(sum(int(np.prod(v.shape)) for v in model.trainable_variables))
         g = tf.function(lambda xs: hvd.grouped_allreduce(xs, op=hvd.Average))

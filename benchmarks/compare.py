@@ -28,7 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ba3c.config import LearnConfig
 from benchmarks import harness
+
+DEFAULT_ALGO = LearnConfig.algo  # rows of other algorithms are noted as such
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PUBLISHED = REPO / "benchmarks" / "published_scores.csv"
@@ -136,7 +139,17 @@ def train_sticky_actions(ev: dict[str, Any]) -> float:
 
 def algo(ev: dict[str, Any]) -> str:
     """The algorithm the evaluated run trained with (records from before the field: ba3c, the only one then)."""
-    return str(ev.get("algo") or "ba3c")
+    return str(ev.get("algo") or DEFAULT_ALGO)
+
+
+def algo_title(name: str) -> str:
+    """The algorithm's name in the table ("Gorila"); its --algo value where this process cannot load it."""
+    from ba3c import algos
+
+    try:
+        return algos.get(name).title or name
+    except ValueError:
+        return name
 
 
 def fire_after_life_loss(ev: dict[str, Any]) -> bool:
@@ -163,7 +176,7 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
         pub = published.get(ev["game"], {})
         proto = ev.get("protocol") or {}
         cap, steps = proto.get("max_episode_frames"), proto.get("max_episode_steps")
-        notes = ["trained by Gorila" if algo(ev) == "gorila" else "",
+        notes = ["" if algo(ev) == DEFAULT_ALGO else f"trained by {algo_title(algo(ev))}",
                  "" if cap is None or cap == STANDARD_MAX_EPISODE_FRAMES
                  else f"cap {steps:,} agent steps" if steps else f"cap {cap:,} frames",
                  "FIRE after a lost life" if fire_after_life_loss(ev) else "",
@@ -235,7 +248,7 @@ def headline_rows(rows: list[Row]) -> list[Row]:
     them (the default for Atari games since 2026-12-02), then the one with more frames."""
     by_game: dict[str, Row] = {}
     for r in rows:
-        if (r.policy == "paper" and r.algo == "ba3c" and not r.sticky_actions and not r.train_seed
+        if (r.policy == "paper" and r.algo == DEFAULT_ALGO and not r.sticky_actions and not r.train_seed
                 and not r.train_sticky_actions):
             old = by_game.get(r.game)
             if old is None or (r.fire_after_life_loss, r.frames or 0) > (old.fire_after_life_loss, old.frames or 0):
@@ -422,9 +435,10 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
                      "40,000 agent steps) "
                      "on our environment (ALE, frameskip 4, no sticky actions); they played gym's *-v0 games (sticky "
                      "actions 0.25, frameskip 2-4). Our **greedy** rows are plain argmax, without the anti-stuck rule.")
-    if any(r.algo == "gorila" for r in rows):
-        lines.append("* A row noted \"trained by Gorila\" is our Gorila (distributed DQN, `--algo gorila`), "
-                     "played with the protocol its row names (DQN's is epsilon-greedy 0.05); the others are our BA3C.")
+    for name in sorted({r.algo for r in rows} - {DEFAULT_ALGO}):
+        t = algo_title(name)
+        lines.append(f"* A row noted \"trained by {t}\" is our {t} (`--algo {name}`), played with the protocol its "
+                     f"row names (DQN's, Gorila's, is epsilon-greedy 0.05); the others are our BA3C.")
     if "gorila" in shown:
         lines.append("* Gorila's numbers are from its human-starts evaluation (episodes start from states "
                      "sampled from human play), a harder protocol than our no-op starts.")
@@ -468,7 +482,7 @@ def plot(rows: list[Row], path: str | Path) -> None:
         ax.errorbar([0], [r.mean], yerr=[r.std], color="black", capsize=4)  # only ours has a spread
         ax.set_xticks(range(len(values)), names, rotation=30, ha="right", fontsize=8)
         ax.axhline(0, color="black", linewidth=0.5)
-        ours = "ours, Gorila" if r.algo == "gorila" else "ours"
+        ours = "ours" if r.algo == DEFAULT_ALGO else f"ours, {algo_title(r.algo)}"
         ax.set_title(f"{title(r.game)} ({ours}: {r.policy}, {_frames(r.frames)} frames)", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     for ax in list(axes.flat)[len(rows):]:

@@ -3,7 +3,7 @@
     python -m benchmarks.replay_save [--slots 1000000] [--dir runs/replay-save-bench] [--agent-steps-per-s 1600]
 
 Fills a Gorila replay memory of --slots Pong-shaped transitions (8 streams of 84x84 uint8 frames; random
-frames: the disk sees the same bytes either way), saves it with the trainer's own `ba3c.gorila.save_replay`,
+frames: the disk sees the same bytes either way), saves it with the trainer's own `ba3c.algos.dqn.save_replay`,
 drops the page cache where it may (root), loads it into a new replay with `load_replay`, and removes it.
 Prints and writes OUT/replay_save.json and OUT/replay_save.png: seconds to save and to load (measured) beside
 the --learning-starts warm-up a resume without it plays (modelled: 80,000 agent steps at --agent-steps-per-s,
@@ -29,7 +29,7 @@ ENVS = 8  # Gorila mode's --num-envs default
 
 
 def fill(slots: int, seed: int = 0):
-    from ba3c.replay import Replay
+    from ba3c.algos.replay import Replay
 
     replay = Replay(slots, ENVS, (4, 84, 84), np.uint8, clip_rewards=True)
     frames = np.random.default_rng(seed).integers(0, 255, (64, 4, 84, 84), dtype=np.uint8)
@@ -52,8 +52,8 @@ def drop_page_cache() -> bool:
 
 
 def measure(slots: int, directory: str) -> dict:
-    from ba3c import gorila
-    from ba3c.replay import Replay
+    from ba3c.algos import dqn as gorila
+    from ba3c.algos.replay import Replay
 
     replay = fill(slots)
     held = replay.transitions()

@@ -143,19 +143,17 @@ def measure_models(seconds: float) -> dict[str, Any]:
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from ba3c.config import LearnConfig
-    from ba3c.dist import Dist
+    from ba3c import api
+    from ba3c.config import Config
     from ba3c.experience import TrainBatch
-    from ba3c.learner import Learner
-    from ba3c.model import build_model
 
     rng = np.random.default_rng(0)
     b = TrainBatch(rng.integers(0, 255, (32, 4, 84, 84), dtype=np.uint8), rng.integers(0, 6, 32).astype(np.int32),
                    rng.normal(size=32).astype(np.float32), rng.normal(size=32).astype(np.float32))
     out: dict[str, Any] = {}
     for kind in ("nature", "paper"):
-        model = build_model(kind, (4, 84, 84), 6, seed=0)
-        learner = Learner(model, LearnConfig(), Dist(), 1e-4, 0)
+        learner = api.learner(Config(), (4, 84, 84), 6, lr=1e-4, kind=kind)
+        model = learner.model
         learner.train(b)  # trace
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:

@@ -39,7 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from ba3c.config import ALGO_DEFAULTS, Config
+from ba3c import api
+from ba3c.algos import algorithm, builtin_names
+from ba3c.config import Config
 from ba3c.simulators import AtariSimulator, EnvSpec, resolve_env
 from ba3c.workers import configure_tensorflow, cores_available
 from benchmarks import harness
@@ -76,65 +78,6 @@ def measure_env(cfg: Config, spec: EnvSpec, seconds: float) -> tuple[float, tupl
         return rate, sim.obs_shape, sim.num_actions
     finally:
         sim.close()
-
-
-def forward_step(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> Callable[[], int]:
-    """F: compiled forward pass at predict_batch plus action sampling (the trainer's 'predict' stage)."""
-    from ba3c.evaluation import epsilon_greedy_actions
-    from ba3c.model import build_model, head_for, resolve_model_kind
-    from ba3c.predictor import Predictor, sample_actions
-
-    model = build_model(resolve_model_kind(cfg.learn.model, obs_shape), obs_shape, num_actions, cfg.sim.seed,
-                        head=head_for(cfg.learn.algo))
-    predictor = Predictor(model, obs_shape, np.dtype(np.uint8))
-    rng = np.random.default_rng(0)
-    obs = rng.integers(0, 256, size=(cfg.sim.predict_batch, *obs_shape), dtype=np.uint8)
-    gorila = cfg.learn.algo == "gorila"
-
-    def step() -> int:
-        logits, _ = predictor(obs)
-        return len(epsilon_greedy_actions(logits, 0.1, rng) if gorila else sample_actions(logits, rng))
-
-    return step
-
-
-def train_step(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> Callable[[], int]:
-    """T: one Adam update on train_batch random samples, single process (`Dist()`)."""
-    from ba3c.config import scaled_lr
-    from ba3c.dist import Dist
-    from ba3c.experience import TrainBatch
-    from ba3c.learner import Learner
-    from ba3c.model import build_model, resolve_model_kind
-
-    l = cfg.learn
-    rng = np.random.default_rng(0)
-    n = l.train_batch
-    obs = rng.integers(0, 256, size=(n, *obs_shape), dtype=np.uint8)
-    actions = rng.integers(num_actions, size=n, dtype=np.int32)
-    lr = scaled_lr(cfg, 1)
-    if l.algo == "gorila":  # the DQN update: the network's forward and backward, the target network's forward
-        from ba3c.gorila import make_loss
-        from ba3c.model import head_for
-        from ba3c.replay import ReplaySample
-
-        def q_network():  # -> keras.Model
-            return build_model(resolve_model_kind(l.model, obs_shape), obs_shape, num_actions, cfg.sim.seed,
-                               head=head_for(l.algo))
-
-        model = q_network()
-        learner = Learner(model, l, Dist(), lr, 0, loss=make_loss(cfg, model, q_network))
-        batch: Any = ReplaySample(obs, actions, np.zeros(n, np.float32), obs.copy(), np.zeros(n, np.float32),
-                                  np.zeros(n, np.int64))
-    else:
-        model = build_model(resolve_model_kind(l.model, obs_shape), obs_shape, num_actions, cfg.sim.seed)
-        learner = Learner(model, l, Dist(), lr, l.warmup_updates if lr > l.lr else 0)
-        batch = TrainBatch(obs, actions, rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32))
-
-    def step() -> int:
-        learner.train(batch)
-        return n
-
-    return step
 
 
 # ---------------------------------------------------------------- the whole trainer
@@ -239,7 +182,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="short smoke run (about a minute; numbers are rough)")
     p.add_argument("--out", default=os.path.join(harness.RESULTS, "throughput"), help="output folder")
     p.add_argument("--keep-run-dir", action="store_true", help="keep the trainer's run directory (path printed)")
-    p.add_argument("--algo", choices=("ba3c", "gorila"), default="ba3c",
+    p.add_argument("--algo", choices=builtin_names(), default="ba3c",
                    help="the algorithm measured, with its default settings (docs/gorila.md for gorila)")
     args = p.parse_args(argv)
     if args.quick:
@@ -268,7 +211,7 @@ def print_result(r: Throughput) -> None:
                     ("P trainer steady state (steps)", r.pipeline_steps_per_s)):
         print(f"{name:<34}{v:>12,.0f}")
     print(f"{'efficiency P / C':<34}{r.efficiency:>12.2f}")
-    if r.algo == "gorila":
+    if r.samples_per_agent_step != 1.0:  # a replay ratio: T's samples are not agent steps
         print(f"{'updates/s (P)':<34}{r.updates_per_s:>12,.1f}")
         print(f"{'replay ratio (samples/step) kept':<34}{r.replay_ratio_measured:>12.2f}  "
               f"(configured {r.samples_per_agent_step:g}; T counts samples / {r.samples_per_agent_step:g} as steps)")
@@ -284,17 +227,17 @@ def print_result(r: Throughput) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     harness.exit_on_sigterm()
-    gorila = args.algo == "gorila"
-    cfg = Config().replace(algo=args.algo, **ALGO_DEFAULTS[args.algo])
-    ratio = cfg.learn.train_batch / cfg.gorila.train_every if gorila else 1.0  # train samples per agent step
+    algo = algorithm(args.algo)
+    cfg = Config().replace(algo=args.algo, **algo.defaults)
     spec = resolve_env(cfg.sim.env)
+    ratio = api.samples_per_agent_step(cfg, spec.frames_per_step)  # train samples per agent step
     if spec.kind != "atari":
         raise SystemExit(f"throughput: needs an Atari env, got {cfg.sim.env}")
     configure_tensorflow(cfg)  # the trainer's thread settings, before TensorFlow starts
     # Logging only: rows often enough to find a steady window; quick runs also gather stats sooner.
     trainer_flags = ["--log-interval-s", "1"] + (["--stats-interval-updates", "5"] if args.quick else [])
-    if gorila:  # a short warm-up and a replay of 0.7 GB: the steady state after it is the same
-        trainer_flags += ["--algo", "gorila", "--learning-starts", "2000", "--replay-size", "100000"]
+    # the algorithm's start shortened (a replay's warm-up): the steady state after it is the same
+    trainer_flags += ["--algo", args.algo, *algo.quick_start_flags]
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     mach = harness.machine()
     print(f"throughput: {mach['cores']} cores ({mach['cpu']}), {spec.name}, num_envs={cfg.sim.num_envs} "
@@ -302,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     # E, F and T are measured for half of --seconds each before P and again after it, so that a
     # change in background load during the run shows up (JSON: stages_before_after) and averages out.
     _, obs_shape, num_actions = measure_env(cfg, spec, 0.0)
-    fwd, trn = forward_step(cfg, obs_shape, num_actions), train_step(cfg, obs_shape, num_actions)
+    fwd, trn = api.forward_step(cfg, obs_shape, num_actions), api.update_step(cfg, obs_shape, num_actions)
 
     def stages() -> dict[str, float]:
         out = {"E": measure_env(cfg, spec, args.seconds / 2)[0],
@@ -319,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     e, f, t = ((before[k] + after[k]) / 2 for k in ("E", "F", "T"))
     c = 1.0 / (1.0 / e + 1.0 / f + 1.0 / t)
     pipeline = {k: v for k, v in asdict(pipe).items() if k != "frames_per_s"}
-    kept = pipe.updates_per_s * cfg.learn.train_batch / pipe_steps if gorila else 1.0
+    kept = pipe.updates_per_s * cfg.learn.train_batch / pipe_steps if ratio != 1.0 else 1.0
     result = Throughput(e, f, t * ratio, pipe_steps, c, pipe_steps / c, pipe.frames_per_s, pipeline,
                         {"before": before, "after": after}, mach, list(os.getloadavg()), date, args.quick,
                         args.seconds, args.pipeline_seconds, args.warmup_frac, cfg.to_dict(), trainer_flags,
@@ -332,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (math.isfinite(v) and v > 0):
             raise RuntimeError(f"measured {k} = {v}")
     os.makedirs(args.out, exist_ok=True)
-    name = "throughput-gorila" if gorila else "throughput"
+    name = "throughput" if args.algo == Config().learn.algo else f"throughput-{args.algo}"  # the default's unnamed
     with open(os.path.join(args.out, f"{name}.json"), "w") as fh:
         json.dump(asdict(result), fh, indent=2)
     plot({"E": e, "F": f, "T": t, "C": c, "P": pipe_steps}, result.efficiency, os.path.join(args.out, f"{name}.png"))

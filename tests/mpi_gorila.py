@@ -22,14 +22,14 @@ UPDATES, TARGET_EVERY, BATCH = 6, 2, 16
 def main() -> None:
     backend, out_dir = sys.argv[1], sys.argv[2]
     from ba3c import dist as dist_mod
-    from ba3c.config import ALGO_DEFAULTS, Config
-    from ba3c.gorila import make_loss
+    from ba3c.algos.dqn import Gorila, make_loss
+    from ba3c.algos.replay import Replay, ReplaySample
+    from ba3c.config import Config
     from ba3c.learner import Learner
     from ba3c.model import build_model
-    from ba3c.replay import Replay, ReplaySample
 
     d = dist_mod.init(backend)
-    cfg = Config().replace(algo="gorila", **{**ALGO_DEFAULTS["gorila"], "train_batch": BATCH, "lr": 1e-2,
+    cfg = Config().replace(algo="gorila", **{**Gorila.defaults, "train_batch": BATCH, "lr": 1e-2,
                                              "target_every": TARGET_EVERY, "replay_size": 400, "num_envs": 2,
                                              "predict_batch": 2})
 

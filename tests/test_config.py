@@ -170,7 +170,7 @@ def test_configs_saved_before_an_option_keep_what_they_ran_with(tmp_path):
     """A run saved before --life-loss existed trained with `ignore`: its resume and its checkpoint's config
     say so (whatever the default), and a resume that keeps it records no change."""
     from ba3c.config import IMPLIED_BY_OLDER_CONFIGS, saved_config
-    from ba3c.runner import config_changes
+    from ba3c.resume import config_changes
 
     run = tmp_path / "old"
     old = Config().replace(run_dir=str(run)).to_dict()
@@ -188,7 +188,7 @@ def test_configs_saved_before_the_exchange_options_keep_the_grouped_float32_exch
     """Runs saved before --allreduce and --compression existed exchanged with one grouped float32 allreduce:
     a resume keeps that (whatever today's defaults) and records no change; asking for another is one."""
     from ba3c.config import saved_config
-    from ba3c.runner import config_changes
+    from ba3c.resume import config_changes
 
     run = tmp_path / "old"
     old = Config().replace(run_dir=str(run), allreduce="per-tensor", compression="fp16").to_dict()

@@ -134,7 +134,8 @@ def test_protocol_names():
     assert all(evaluation.PROTOCOLS[p].stuck_repeats == 0 for p in ("greedy", "sampled", "egreedy"))
     # no --policy: each algorithm's own protocol, chosen once the checkpoint says which algorithm trained it
     assert ev.build_parser().parse_args(["run"]).policy is None
-    assert ev.DEFAULT_POLICY == {"ba3c": "paper", "gorila": "egreedy"}
+    assert ev.default_policy("ba3c") == ev.default_policy() == "paper"
+    assert ev.default_policy("gorila") == "egreedy"
 
 
 def test_episode_quotas_are_balanced():
@@ -406,12 +407,12 @@ def test_checkpoint_with_unknown_options_is_one_line(tmp_path, capsys):
     from test_config import write_run_from_elsewhere
 
     run = tmp_path / "newer"
-    write_run_from_elsewhere(run, {"sim": {"sticky_training": 0.25}, "learn": {"optimizer": "lamb"}})
+    write_run_from_elsewhere(run, {"sim": {"sticky_training": 0.25}, "learn": {"lr_schedule": "cosine"}})
     for path in (run, next((run / "checkpoints").glob("ckpt-*.npz"))):
         assert ev.main([str(path), "--episodes", "1"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("ba3c.evaluate: error:"), err
-        assert "sim.sticky_training, learn.optimizer" in err[0] and "does not know" in err[0]
+        assert "sim.sticky_training, learn.lr_schedule" in err[0] and "does not know" in err[0]
         assert "evaluate it with the ba3c that trained it (git commit 0123456789ab" in err[0]
     other = tmp_path / "other"
     write_run_from_elsewhere(other, {}, {"sim": {"life_loss": "episodic"}})

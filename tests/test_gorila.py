@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from ba3c.gorila import EpisodeTracker, GorilaActor, epsilon_at
-from ba3c.replay import Replay
+from ba3c.algos.dqn import EpisodeTracker, GorilaActor, epsilon_at
+from ba3c.algos.replay import Replay
 from ba3c.simulators import Batch
 
 
@@ -42,7 +42,7 @@ HAND = {("huber", False): 1.0,       # (2 - 0.5 + 0.5 * 1) / 2
 def test_dqn_loss_hand_computed(kind, double):
     import tensorflow as tf
 
-    from ba3c.gorila import DQNLoss, TargetNetwork
+    from ba3c.algos.dqn import DQNLoss, TargetNetwork
 
     online, target = linear_q(np.eye(2)), linear_q(np.zeros((2, 2)))
     tn = TargetNetwork(online, target, every=1000)
@@ -68,7 +68,7 @@ def test_dqn_loss_hand_computed(kind, double):
 
 
 def test_target_copy_every_c_updates():
-    from ba3c.gorila import TargetNetwork
+    from ba3c.algos.dqn import TargetNetwork
 
     online, target = linear_q(np.eye(2)), linear_q(np.zeros((2, 2)))
     tn = TargetNetwork(online, target, every=3)
@@ -185,13 +185,13 @@ def test_actor_waits_when_ahead_of_the_learner():
 
 def test_learner_state_carries_the_target_network():
     """Checkpoints and the start-up broadcast: network, Adam, then the target network, restored all together."""
-    from ba3c.config import ALGO_DEFAULTS, Config
+    from ba3c.algos.dqn import Gorila, make_loss
+    from ba3c.config import Config
     from ba3c.dist import Dist
-    from ba3c.gorila import make_loss
     from ba3c.learner import Learner
     from ba3c.model import build_model
 
-    cfg = Config().replace(algo="gorila", **ALGO_DEFAULTS["gorila"])
+    cfg = Config().replace(algo="gorila", **Gorila.defaults)
     q = lambda: build_model("mlp", (4,), 2, seed=0, head="q")  # noqa: E731
     model = q()
     learner = Learner(model, cfg.learn, Dist(), 1e-3, 0, loss=make_loss(cfg, model, q))
@@ -216,7 +216,7 @@ def filled_replay(seed: int) -> Replay:
 
 
 def test_replay_saved_at_the_end_is_loaded_on_resume(tmp_path):
-    from ba3c import gorila
+    from ba3c.algos import dqn as gorila
 
     replay = filled_replay(0)
     line = gorila.save_replay(replay, str(tmp_path), 1, updates=12)
@@ -237,7 +237,7 @@ def test_a_full_disk_keeps_the_old_replay_and_the_run_going(when, tmp_path, monk
     half-written left, and the shard saved before still loads."""
     import errno
 
-    from ba3c import gorila, replay as replay_mod
+    from ba3c.algos import dqn as gorila, replay as replay_mod
 
     old = filled_replay(0)
     gorila.save_replay(old, str(tmp_path), 0, updates=5)
@@ -265,7 +265,7 @@ def test_a_full_disk_keeps_the_old_replay_and_the_run_going(when, tmp_path, monk
 def test_value_bound_only_with_clipped_rewards():
     """With rewards clipped to [-1, 1] no state is worth more than sum_k gamma^k; unclipped rewards (CartPole,
     or any Gym task) give no bound, and no warning can be raised for them."""
-    from ba3c.gorila import value_bound
+    from ba3c.algos.dqn import value_bound
 
     assert value_bound(0.99, clipped_rewards=True) == pytest.approx(100.0)
     assert value_bound(0.5, clipped_rewards=True) == pytest.approx(2.0)

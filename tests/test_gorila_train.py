@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ba3c import checkpoint as ckpt
-from ba3c.gorila import epsilon_at
+from ba3c.algos.dqn import epsilon_at
 from conftest import ROOT, mpirun, run_train, subprocess_env
 
 
@@ -182,11 +182,12 @@ def test_bad_options_one_line_exit_2(args, message, tmp_path):
 
 
 def test_algorithm_defaults_sit_under_config_and_flags(tmp_path):
-    from ba3c.config import ALGO_DEFAULTS, Config
+    from ba3c.algos.dqn import Gorila
+    from ba3c.config import Config
     from ba3c.train import resolve
 
     cfg, _ = resolve(["--algo", "gorila"])
-    assert cfg.learn.lr == ALGO_DEFAULTS["gorila"]["lr"] == 1e-4 and cfg.sim.num_envs == 8
+    assert cfg.learn.lr == Gorila.defaults["lr"] == 1e-4 and cfg.sim.num_envs == 8
     assert cfg.learn.train_batch == 32 and cfg.run.eval_policy == "egreedy"
     assert resolve(["--algo", "gorila", "--lr", "3e-4"])[0].learn.lr == 3e-4
     path = tmp_path / "c.json"

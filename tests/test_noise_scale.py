@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from ba3c.config import Config, ConfigError, noise_sub_batch, validate
+from ba3c.batching import noise_sub_batch
+from ba3c.config import Config, ConfigError, validate
 from ba3c.learner import noise_scale
 from conftest import run_train
 

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from ba3c.config import Config, global_batch, scaled_lr
+from ba3c.batching import global_batch, scaled_lr
+from ba3c.config import Config
 from ba3c.resources import check_memory
 from conftest import mpirun, run_train
 

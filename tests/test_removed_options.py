@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from ba3c import checkpoint as ckpt
-from ba3c.config import REMOVED_IN, REMOVED_OPTIONS, Config, ConfigError, all_option_names, saved_config
+from ba3c.config import Config, ConfigError, all_option_names, saved_config
 from ba3c.evaluation import checkpoint_config
-from ba3c.runner import config_changes
+from ba3c.removed import REMOVED_IN, REMOVED_OPTIONS
+from ba3c.resume import config_changes
 from ba3c.state import RunState
 from ba3c.train import resolve
 from conftest import ROOT, run_train, subprocess_env

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ba3c.replay import SAVED_ARRAYS, Replay, largest_capacity, replay_bytes
+from ba3c.algos.replay import SAVED_ARRAYS, Replay, largest_capacity, replay_bytes
 
 
 @dataclass

@@ -19,12 +19,9 @@ STATS = StepStats(terms={"policy_loss": 0.0, "value_loss": 0.0, "entropy": 1.0},
                   allreduce_s=0.0, policy_lag=0.0)
 
 
-TOTAL = 4_000  # the run's last update, the ETA's end
-
-
 @pytest.fixture
 def run(tmp_path) -> Iterator[tuple[RunState, Reporter]]:
-    """A fresh run's state and its Reporter (a line every 5 s), for a run of 4,000 updates, writing to tmp_path."""
+    """A fresh run's state and its Reporter (a line every 5 s), for a run of 1,000,000 frames, writing to tmp_path."""
     cfg = dataclasses.replace(Config(), run=RunConfig(total_frames=1_000_000, log_interval_s=5.0))
     state = RunState()
     state.start_clocks()
@@ -42,7 +39,7 @@ def test_the_first_line_leaves_start_up_out_of_fps_and_eta(run, tmp_path, capsys
     def sync(seconds: float, updates: int, frames: int) -> None:
         state.updates, state.frames = updates, frames
         reporter.sync(state, [], {}, STATS, IntervalStats(updates, 1.0, 0.1, None), HEALTHY, 1e-4, t0 + seconds,
-                      total_updates=TOTAL, force=False)
+                      force=False)
 
     sync(30.0, 1, 200_256)  # the first sync point, after start-up: no line yet
     assert "fps" not in capsys.readouterr().out
@@ -50,7 +47,7 @@ def test_the_first_line_leaves_start_up_out_of_fps_and_eta(run, tmp_path, capsys
     sync(40.0, 101, 225_856)  # 10 s and 100 updates (25,600 frames) after the first sync point
     line = capsys.readouterr().out
     assert "2,560 fps" in line and "10.00 upd/s" in line, line
-    assert "ETA 0:06:29" in line, line  # (4,000 - 101) updates at 10 per second
+    assert "[ 22.6%]" in line and "ETA 0:05:02" in line, line  # (1,000,000 - 225,856) frames at 2,560 per second
     with open(tmp_path / "progress.csv") as f:  # each row is flushed as it is written
         rows = list(csv.DictReader(f))
     assert [float(r["frames_per_s"]) for r in rows] == [2560.0]
@@ -61,7 +58,7 @@ def test_a_forced_first_row_is_still_written(run, tmp_path, capsys):
     state, reporter = run
     state.updates, state.frames = 10, 2_560
     reporter.sync(state, [], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4, state.t_start + 2.0,
-                  total_updates=TOTAL, force=True)
+                  force=True)
     assert "1,280 fps" in capsys.readouterr().out
 
 
@@ -89,12 +86,12 @@ def test_the_return_reads_none_until_an_episode_ends(run, capsys):
     state, reporter = run
     state.updates, state.frames, state.episodes = 10, 2_560, 331
     reporter.sync(state, [], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4, state.t_start + 2.0,
-                  total_updates=TOTAL, force=True)
+                  force=True)
     line = capsys.readouterr().out
     assert "return - (none ended yet; 331 episodes)" in line and "nan" not in line, line
     state.updates, state.frames, state.episodes = 20, 5_120, 333
     reporter.sync(state, [(-20.0, 800), (-18.0, 900)], {}, STATS, IntervalStats(10, 1.0, 0.1, None), HEALTHY, 1e-4,
-                  state.t_start + 4.0, total_updates=TOTAL, force=True)
+                  state.t_start + 4.0, force=True)
     assert "return -19.00 (last 2; 333 episodes)" in capsys.readouterr().out
 
 
@@ -105,7 +102,7 @@ def test_mean_of_20_waits_for_20_games_of_this_process(run, tmp_path):
     for i, scores in enumerate(([21.0], [20.0] * 18, [-21.0], [0.0] * 5), start=1):
         state.updates, state.frames = 100 * i, 25_600 * i
         reporter.sync(state, [(s, 1000) for s in scores], {}, STATS, IntervalStats(100, 1.0, 0.1, None), HEALTHY,
-                      1e-4, state.t_start + 10.0 * i, total_updates=TOTAL, force=True)
+                      1e-4, state.t_start + 10.0 * i, force=True)
     with open(tmp_path / "progress.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["return_mean20"] for r in rows[:2]] == ["", ""]  # 1, then 19 games
@@ -136,7 +133,7 @@ def test_q_values_past_what_a_state_can_be_worth_are_reported(tmp_path, capsys, 
             reporter.add_update(dqn_stats(q))
         state.updates, state.frames = 100 * i, 25_600 * i
         reporter.sync(state, [], {}, dqn_stats(peaks[-1]), IntervalStats(100, 1.0, 0.1, None), HEALTHY, 1e-4,
-                      state.t_start + 10.0 * i, total_updates=TOTAL, force=True)
+                      state.t_start + 10.0 * i, force=True)
         warned.append([line for line in capsys.readouterr().err.splitlines() if "Q-network" in line])
     reporter.writer.close()
     with open(tmp_path / "progress.csv") as f:
@@ -150,3 +147,33 @@ def test_q_values_past_what_a_state_can_be_worth_are_reported(tmp_path, capsys, 
     assert [len(w) for w in warned] == [0, 1, 0, 1, 1, 0]  # nothing is higher than infinite
     assert "at update 200 the Q-network values a state at 150.0" in warned[1][0], warned[1]
     assert "no state is worth more than 100" in warned[1][0] and "2,000.0" in warned[3][0]
+
+
+def test_one_count_behind_the_percent_the_frames_and_the_eta(run, capsys):
+    """A replay's warm-up (Gorila: 80,000 agent steps per rank) is counted in the frames: the percent and the ETA
+    are of the same frames (the line once read `[  0.1%] frames 321,648/2,000,000`)."""
+    state, reporter = run
+    t0 = state.t_start
+    for seconds, updates, frames in ((60.0, 20, 321_648), (70.0, 220, 325_648)):  # after a warm-up of 320,000
+        state.updates, state.frames = updates, frames
+        reporter.sync(state, [], {}, STATS, IntervalStats(updates, 1.0, 0.1, None), HEALTHY, 1e-4, t0 + seconds,
+                      force=True)
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("[ 32.6%] frames 325,648/1,000,000"), line
+    assert "400 fps" in line and "ETA 0:28:05" in line, line  # 674,352 frames at 400 per second: 1,685.9 s
+
+
+def test_a_line_while_the_learner_waits_for_a_warm_up(run, capsys):
+    """Before the first update (a replay memory filling) a line every --log-interval-s: frames, the warm-up's
+    steps and when it ends."""
+    state, reporter = run
+    t0 = state.t_start
+    reporter.waiting(state, 0, 0, 80_000, t0 + 1.0)  # the first call starts the interval
+    reporter.waiting(state, 4_000, 1_000, 80_000, t0 + 3.0)  # within the interval: nothing
+    assert capsys.readouterr().out == ""
+    reporter.waiting(state, 40_000, 10_000, 80_000, t0 + 10.0)
+    line = capsys.readouterr().out
+    assert line.startswith("[  4.0%] frames 40,000/1,000,000 | warm-up 10,000/80,000 agent steps per rank"), line
+    assert "4,000 fps" in line and "warm-up ends in 0:01:10" in line, line
+    reporter.waiting(state, 80_000, 0, 0, t0 + 20.0)  # no warm-up (the first batches): frames only
+    assert "waiting for the first train batch" in capsys.readouterr().out

@@ -129,7 +129,7 @@ def noise_windows(rows: list[Row], events: list[Row] = (),
     score that McCandlish et al.'s model predicts from it (modelled, not measured: E(B) ~ 1 + B / B_noise).
     Rows the collapse guard judged suspect or collapsed, and those of a stretch a rollback threw away, are
     left out: a collapsing policy's gradients (norms of 10-100 against ~0.1) would stand for the whole window."""
-    from ba3c.learner import noise_scale
+    from ba3c.api import noise_scale
 
     out, thrown = [], undone(list(events))
     for lo, hi in zip(windows_m, windows_m[1:]):

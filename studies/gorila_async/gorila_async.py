@@ -65,16 +65,21 @@ class Bundle:
     def __init__(self, s: Settings, bundles: int, seed: int, rank_seed: int) -> None:
         import tensorflow as tf
 
-        from ba3c.gorila import DQNLoss, GorilaActor, TargetNetwork
-        from ba3c.model import build_model
-        from ba3c.replay import Replay
+        from ba3c import api
+        from ba3c.algos.dqn import DQNLoss, Gorila, GorilaActor, TargetNetwork
+        from ba3c.algos.replay import Replay
+        from ba3c.config import Config
         from ba3c.simulators import GymSimulator, resolve_env
 
         self.s, self.tf = s, tf
         self.sim = GymSimulator(resolve_env("CartPole-v1"), s.num_envs)
-        self.model = build_model("mlp", self.sim.obs_shape, self.sim.num_actions, seed=seed, head="q")
-        target = TargetNetwork(self.model, build_model("mlp", self.sim.obs_shape, self.sim.num_actions, seed=seed,
-                                                       head="q"), s.target_every)
+        q_cfg = Config().replace(algo="gorila", **Gorila.defaults)  # a Q-network: the head is the algorithm's
+
+        def q_network():  # -> keras.Model
+            return api.network(q_cfg, self.sim.obs_shape, self.sim.num_actions, kind="mlp", seed=seed)
+
+        self.model = q_network()
+        target = TargetNetwork(self.model, q_network(), s.target_every)
         self.target = target
         self.loss = DQNLoss(target, s.gamma, "huber", double=True)
         replay = Replay(s.replay_size, s.num_envs, self.sim.obs_shape, self.sim.obs_dtype, clip_rewards=False)

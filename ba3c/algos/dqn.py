@@ -1,11 +1,11 @@
-"""Gorila mode (Nair et al. 2015, "Massively Parallel Methods for Deep Reinforcement Learning", arXiv
-1507.04296): what a rank does differently from BA3C, and nothing else.
+"""Gorila (`--algo gorila`; Nair et al. 2015, "Massively Parallel Methods for Deep Reinforcement Learning",
+arXiv 1507.04296): distributed DQN behind the algorithm interface (`Gorila`, ba3c.algos.base).
 
 Gorila has four parts; in its bundled mode each machine runs one of each of the first three:
 * an actor: plays with epsilon-greedy on the Q-network's current weights -> here the rank's
   simulation thread, choosing actions by `GorilaActor.choose` on the live network (the predictor
   reads the learner's weights in the same process);
-* its shard of the experience store: a replay memory of the actor's own transitions -> `ba3c.replay`,
+* its shard of the experience store: a replay memory of the actor's own transitions -> `ba3c.algos.replay`,
   written by `GorilaActor.add`;
 * a learner: the DQN loss against a target network, trained on samples of the local replay ->
   `DQNLoss` in the shared `ba3c.learner.Learner`, fed by `GorilaActor.next_batch`;
@@ -30,18 +30,21 @@ import os
 import shutil
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ba3c.evaluation import epsilon_greedy_actions
+from ba3c.algos.base import Actor, ActorContext, Algorithm, MemoryCost
+from ba3c.algos.replay import Replay, ReplaySample, replay_bytes
+from ba3c.config import ConfigError
 from ba3c.experience import Episode
 from ba3c.files import SPACE_ERRNOS, fmt_bytes, free_bytes
-from ba3c.replay import Replay, ReplaySample
+from ba3c.predictor import epsilon_greedy_actions
 from ba3c.simulators import Batch
 
 if TYPE_CHECKING:
     from ba3c.config import Config
+    from ba3c.dist import Dist
     from ba3c.simulators import Simulator
 
 
@@ -78,11 +81,12 @@ class EpisodeTracker:
         return episodes, int(stepped.sum())
 
 
-class GorilaActor:
+class GorilaActor(Actor):
     """One rank's actor and its replay shard, with the pacing between it and the learner.
 
     The simulation thread calls `choose` (actions for a predictor batch), `add` (record it) and `hand_over`
-    (wait while too far ahead of the learner); the learner calls `next_batch`."""
+    (wait while too far ahead of the learner); the learner calls `next_batch`. It is its own `experience` and
+    `feed` (ba3c.algos.base.Actor)."""
 
     def __init__(self, replay: Replay, *, train_batch: int, train_every: int, learning_starts: int,
                  ahead_steps: int, epsilon: tuple[float, float, int], ranks: int, steps_before: int,
@@ -98,6 +102,40 @@ class GorilaActor:
         self.taken = 0     # batches the learner has taken in this process
         self._counted = 0  # agent steps already handed to the trainer's frame count (with the batches)
         self._cond = threading.Condition()
+        self.experience = self.feed = self
+        self.configured_starts = learning_starts  # --learning-starts, before a loaded replay shortens it
+        self.replay_save = False  # --replay-save end: save the shard when the process ends
+
+    # ---- the trainer's side (ba3c.algos.base.Actor)
+    @property
+    def warmup_steps(self) -> int:
+        return self.learning_starts
+
+    def steps_played(self) -> int:
+        return self.played
+
+    def stats(self) -> dict[str, float]:
+        return {"epsilon": self.epsilon()}  # the exploration schedule, beside the loss's statistics
+
+    def describe(self) -> str:
+        held = "an empty replay memory" if self.learning_starts == self.configured_starts else "a replay memory"
+        return (f"ba3c: gorila: {held} of {self.replay.capacity:,} transitions per rank; each rank plays "
+                f"{self.learning_starts:,} agent steps at epsilon {self.epsilon():.3g} before the first update, "
+                f"then one update per {self.train_every} agent steps")
+
+    def restore(self, run_dir: str, dist: Dist) -> None:
+        """Every rank loads its saved shard (--replay-save end); all shorten their warm-up by the fewest
+        transitions any rank loaded (the same on every rank, so that they agree on the run's last update)."""
+        loaded, line = load_replay(self.replay, run_dir, dist.rank)
+        if line:
+            print(line, flush=True)
+        counts = dist.gather(loaded)
+        fewest = dist.broadcast_obj(min(counts) if counts is not None else None)
+        if fewest:
+            self.learning_starts = max(0, self.configured_starts - fewest)
+
+    def finish(self, run_dir: str, rank: int, updates: int) -> str:
+        return save_replay(self.replay, run_dir, rank, updates) if self.replay_save else ""
 
     # ---- the actor's side (simulation thread)
     def epsilon(self) -> float:
@@ -227,7 +265,7 @@ class DQNLoss:
         return list(self.target.model.weights)
 
 
-# ---- what the trainer builds in Gorila mode (ba3c.runner)
+# ---- the algorithm (ba3c.algos.base.Algorithm)
 
 def value_bound(gamma: float, clipped_rewards: bool) -> float | None:
     """The most any state can be worth, |Q| <= sum_k gamma^k = 1 / (1 - gamma), when rewards are clipped to
@@ -257,10 +295,75 @@ def make_actor(cfg: Config, sim: Simulator, clip_rewards: bool, ranks: int, step
     It may run --queue-batches predictor batches ahead of the learner."""
     s, g = cfg.sim, cfg.gorila
     replay = Replay(g.replay_size, sim.num_envs, sim.obs_shape, sim.obs_dtype, clip_rewards)
-    return GorilaActor(replay, train_batch=cfg.learn.train_batch, train_every=g.train_every,
-                       learning_starts=g.learning_starts, ahead_steps=cfg.run.queue_batches * s.predict_batch,
-                       epsilon=(g.eps_start, g.eps_end, g.eps_decay_steps), ranks=ranks, steps_before=steps_before,
-                       life_loss_terminal=s.life_loss == "terminal", seed=seed)
+    actor = GorilaActor(replay, train_batch=cfg.learn.train_batch, train_every=g.train_every,
+                        learning_starts=g.learning_starts, ahead_steps=cfg.run.queue_batches * s.predict_batch,
+                        epsilon=(g.eps_start, g.eps_end, g.eps_decay_steps), ranks=ranks, steps_before=steps_before,
+                        life_loss_terminal=s.life_loss == "terminal", seed=seed)
+    actor.replay_save = g.replay_save == "end"
+    return actor
+
+
+class Gorila(Algorithm):
+    """Every rank a Gorila bundle: an epsilon-greedy actor, its replay shard and a DQN learner (the options
+    of the config's gorila group)."""
+
+    name = "gorila"
+    title = "Gorila"
+    head = "q"
+    option_group = "gorila"
+    eval_policy = "egreedy"  # DQN's protocol, which Gorila used (epsilon 0.05)
+    # CleanRL dqn_atari's Adam (lr 1e-4, epsilon 1e-8, PyTorch's default), batch 32 and no gradient clipping (as
+    # CleanRL); the lr not scaled with the ranks (none measured); 8 synchronous simulators per rank (CleanRL plays
+    # 1); no collapse guard (it watches a policy's entropy); DQN's evaluation (epsilon 0.05). docs/gorila.md.
+    defaults: ClassVar[dict[str, Any]] = dict(
+        lr=1e-4, adam_eps=1e-8, train_batch=32, clip_norm=0.0, lr_scaling="none", num_envs=8, predict_batch=8,
+        collapse_guard="off", eval_policy="egreedy")
+
+    # a short warm-up and a replay of 0.7 GB on Atari: the steady state after it is the same (benchmarks.throughput)
+    quick_start_flags = ("--learning-starts", "2000", "--replay-size", "100000")
+
+    def check(self, cfg: Config) -> None:
+        g, s, l, r = cfg.gorila, cfg.sim, cfg.learn, cfg.run
+        # a stacked observation needs its 4 frames and its successor in one environment's stream of the replay
+        if g.replay_size // s.num_envs < 6:
+            raise ConfigError(f"--replay-size {g.replay_size} leaves {g.replay_size // s.num_envs} transitions to "
+                              f"each of --num-envs {s.num_envs} simulators; use at least {6 * s.num_envs}")
+        not_with = [("--collapse-guard", r.collapse_guard, "off", "the guard watches a policy's entropy, and a "
+                     "Q-network has none"),
+                    ("--rehearse-ranks", r.rehearse_ranks, 1, "a rehearsal of Gorila ranks is not built"),
+                    ("--noise-scale-every", l.noise_scale_every, 0, "it measures BA3C's policy-gradient term"),
+                    ("--decorrelate-steps", s.decorrelate_steps, 0, "an epsilon of 1 at the start already plays at "
+                     "random")]
+        for flag, value, want, why in not_with:
+            if value != want:
+                raise ConfigError(f"{flag} {value} does not go with --algo gorila ({why}); use {flag} {want}")
+
+    def frames_per_update(self, cfg: Config, world_size: int, frames_per_step: int) -> int:
+        return update_frames(cfg, world_size, frames_per_step)[0]
+
+    def memory(self, cfg: Config, obs_shape: tuple[int, ...], itemsize: int) -> MemoryCost:
+        """The replay memory, counted full at --replay-size."""
+        slot = replay_bytes(1, obs_shape, itemsize)
+        g = cfg.gorila
+        return MemoryCost(g.replay_size * slot, "--replay-size", g.replay_size, slot, 6 * cfg.sim.num_envs,
+                          "a replay memory")
+
+    def value_bound(self, cfg: Config, clipped_rewards: bool) -> float | None:
+        return value_bound(cfg.learn.gamma, clipped_rewards)
+
+    def choose(self, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return epsilon_greedy_actions(out, 0.1, rng)
+
+    def example_batch(self, cfg: Config, obs: np.ndarray, num_actions: int, rng: np.random.Generator) -> ReplaySample:
+        n = len(obs)
+        return ReplaySample(obs, rng.integers(num_actions, size=n, dtype=np.int32), np.zeros(n, np.float32),
+                            obs.copy(), np.zeros(n, np.float32), np.zeros(n, np.int64))
+
+    def make_loss(self, cfg: Config, model: Any, build_network: Any) -> DQNLoss:
+        return make_loss(cfg, model, build_network)
+
+    def make_actor(self, cfg: Config, ctx: ActorContext) -> GorilaActor:
+        return make_actor(cfg, ctx.sim, ctx.clip_rewards, ctx.ranks, ctx.steps_before, ctx.seed)
 
 
 # ---- the replay memory across a resume (--replay-save end)

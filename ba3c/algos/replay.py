@@ -88,7 +88,7 @@ class Replay:
                  clip_rewards: bool) -> None:
         self.stack, self.frame_shape = frame_layout(obs_shape)
         self.obs_shape = tuple(obs_shape)
-        self.num_envs = num_envs
+        self.num_envs, self.capacity = num_envs, capacity
         self.slots = capacity // num_envs  # per environment's stream
         if self.slots < self.stack + 2:
             raise ValueError(f"replay capacity {capacity} gives {self.slots} slots per environment for {num_envs} "
@@ -198,7 +198,7 @@ class Replay:
             return ReplaySample(obs, self.action[env, i].copy(), self.reward[env, i].copy(), next_obs,
                                 self.done[env, i].astype(np.float32), self.version[env, i].astype(np.int64))
 
-    # ---- persistence (--replay-save end: ba3c.gorila.save_replay / load_replay)
+    # ---- persistence (--replay-save end: ba3c.algos.dqn.save_replay / load_replay)
     def layout(self) -> dict:
         """What a saved replay must match to be loaded into this one."""
         return {"num_envs": self.num_envs, "slots": self.slots, "frame_shape": list(self.frame_shape),
