@@ -48,7 +48,7 @@ test-fast: $(STAMP)
 
 # ruff (pyproject.toml [tool.ruff]): the linter; `ruff check --fix` mends what it can
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ba3c benchmarks studies tests
+	$(VENV)/bin/ruff check ba3c measure benchmarks studies tests
 
 # docs/configuration.md from the config dataclasses (tests/test_config_doc.py fails when it is stale)
 docs: $(STAMP)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ba3c.config import LearnConfig
-from benchmarks import harness
+from measure import harness
 
 DEFAULT_ALGO = LearnConfig.algo  # rows of other algorithms are noted as such
 

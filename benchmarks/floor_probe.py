@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import harness
+from measure import harness
 
 OUT = os.path.join(harness.RESULTS, "step_time")
 OBS_SHAPE, ACTIONS = (4, 84, 84), 6

@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from benchmarks import harness, scaling_model as sm
+from benchmarks import scaling_model as sm
+from measure import harness
 
 OUT = os.path.join(harness.RESULTS, "step_time")
 BATCHES = (4, 8, 16, 32, 64, 128, 256)
