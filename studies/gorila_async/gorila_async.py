@@ -44,7 +44,7 @@ THRESHOLD = 195.0  # a CartPole-v1 greedy mean that counts as learned (v0's "sol
 
 @dataclass(frozen=True)
 class Settings:
-    """The CartPole setting of ba3c's Gorila learning test (tests/test_gorila_train.py), per bundle."""
+    """The CartPole setting of ba3c's Gorila learning test (tests/unit/test_gorila_train.py), per bundle."""
     num_envs: int = 8
     replay_size: int = 20_000
     learning_starts: int = 1_000
