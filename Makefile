@@ -31,15 +31,15 @@ train: $(STAMP)
 # resource carry one xdist_group. TEST_WORKERS=1 runs them one by one; on a larger machine try TEST_WORKERS=4.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests --ignore=tests/test_box_cluster.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests --ignore=tests/multirank/test_box_cluster.py $(PYTEST_ARGS)
 
-# needs root and `ip netns`: the trainer as 8 ranks on 8 namespace nodes (tests/test_box_cluster.py, ~4 min on
+# needs root and `ip netns`: the trainer as 8 ranks on 8 namespace nodes (tests/multirank/test_box_cluster.py, ~4 min on
 # 2 cores; BOX_NODES=4 for 4); namespaces and cgroups of a run that died are removed before and after, whatever
 # pytest's status
 BOX_NODES ?= 8
 cluster-test: $(STAMP)
 	$(PY) -m benchmarks.box_cluster --remove-stale
-	status=0; BA3C_BOX_NODES=$(BOX_NODES) $(PY) -m pytest -q -s tests/test_box_cluster.py $(PYTEST_ARGS) || status=$$?; \
+	status=0; BA3C_BOX_NODES=$(BOX_NODES) $(PY) -m pytest -q -s tests/multirank/test_box_cluster.py $(PYTEST_ARGS) || status=$$?; \
 	$(PY) -m benchmarks.box_cluster --remove-stale; exit $$status
 
 # the unit tier for the edit loop: the marked slow tiers (setup.cfg) left out
@@ -48,9 +48,9 @@ test-fast: $(STAMP)
 
 # ruff (pyproject.toml [tool.ruff]): the linter; `ruff check --fix` mends what it can
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ba3c benchmarks studies tests
+	$(VENV)/bin/ruff check ba3c measure benchmarks studies tests
 
-# docs/configuration.md from the config dataclasses (tests/test_config_doc.py fails when it is stale)
+# docs/configuration.md from the config dataclasses (tests/unit/test_config_doc.py fails when it is stale)
 docs: $(STAMP)
 	$(PY) -m ba3c.config_doc > docs/configuration.md
 

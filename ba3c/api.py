@@ -11,6 +11,7 @@ nothing imports TensorFlow before it is called.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,11 +19,12 @@ import numpy as np
 from ba3c.algos import algorithm
 from ba3c.batching import scaled_lr
 from ba3c.config import Config, LearnConfig
-from ba3c.dist import Dist
+from ba3c.dist import Dist, MpiDist
 from ba3c.learner import noise_scale
 
-__all__ = ["example_batch", "forward_step", "init_exchange", "learner", "network", "noise_scale", "plain_learner",
-           "samples_per_agent_step", "single_process", "update_step"]
+__all__ = ["Dist", "MpiDist", "UpdateParts", "clip_gradients", "example_batch", "forward_step", "init_exchange",
+           "learner", "mpi_exchange", "network", "noise_scale", "plain_learner", "samples_per_agent_step",
+           "single_process", "update_parts", "update_step", "xla_learner"]
 
 
 def single_process() -> Dist:
@@ -35,6 +37,16 @@ def init_exchange(backend: str = "auto") -> Dist:
     from ba3c import dist as dist_mod
 
     return dist_mod.init(dist_mod.choose_backend(backend))
+
+
+def mpi_exchange(horovod: bool = False) -> MpiDist:
+    """The exchange over all the ranks mpirun started (mpi4py; with Horovod attached to it when `horovod`): its
+    `comm` (MPI_COMM_WORLD) is there for probes that time collectives of their own."""
+    from ba3c import dist as dist_mod
+
+    world = dist_mod.init("horovod" if horovod else "mpi")
+    assert isinstance(world, MpiDist)  # HorovodDist is one
+    return world
 
 
 def network(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, kind: str = "",
@@ -69,6 +81,45 @@ def plain_learner(model, learn: LearnConfig, lr: float, dist: Dist | None = None
     from ba3c.learner import Learner
 
     return Learner(model, learn, dist or single_process(), lr, 0)
+
+
+def xla_learner(model, learn: LearnConfig, lr: float):  # -> ba3c.learner.Learner
+    """`plain_learner` on one process with its fused step (gradients, clipping, optimizer) compiled by XLA
+    (`jit_compile=True`): the A/B of an XLA-compiled update."""
+    import tensorflow as tf
+
+    from ba3c.learner import _packed
+
+    out = plain_learner(model, learn, lr)
+    out._fused = tf.function(lambda *b: _packed(tf, *out._fused_step(list, False, *b)), jit_compile=True)
+    return out
+
+
+def clip_gradients(grads: list, mode: str, threshold: float) -> tuple[list, Any]:
+    """The learner's clipping (--clip-mode, --clip-norm) of a list of gradient tensors: the clipped gradients and
+    the global norm before clipping. Traceable inside a tf.function."""
+    import tensorflow as tf
+
+    from ba3c.learner import _clip
+
+    return _clip(tf, grads, mode, threshold)
+
+
+@dataclass(frozen=True)
+class UpdateParts:
+    """A single-process learner's update taken apart, for probes that time each piece. The uncompiled pieces
+    trace inside a tf.function of the caller's (to compile them differently, or alone)."""
+    optimizer: Callable[[list], Any]  # compiled: clipping then the optimizer's step on gradients -> the global norm
+    apply_grads: Callable[[list], Any]  # the same, uncompiled
+    optimizer_step: Callable[[list], None]  # the optimizer's step alone (Adam's fused kernel), uncompiled
+    loss_and_grads: Callable[..., tuple]  # the loss's forward and backward pass on its input tensors -> (grads, stats)
+    fused_for: Callable[[tuple], Any]  # (input tensors) -> the compiled fused update's graph for their types
+
+
+def update_parts(trainer_learner) -> UpdateParts:  # trainer_learner: ba3c.learner.Learner
+    """The pieces of `trainer_learner`'s update (one made by `plain_learner` or `learner`, single process)."""
+    l = trainer_learner
+    return UpdateParts(l._apply, l._apply_grads, l._step, l._loss_and_grads, l._fused_for)
 
 
 def example_batch(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, n: int | None = None,

@@ -293,6 +293,23 @@ def _open_simulator(model, spec: EnvSpec, n: int, num_threads: int, max_episode_
     return sim
 
 
+def _anti_stuck(proto: Protocol, sim: Simulator, spec: EnvSpec, names: list[str] | None,
+                n: int) -> AntiStuck | None:
+    """The protocol's anti-stuck rule for `n` environments (None: the protocol has none); closes `sim` and raises
+    EvalError where the game lacks the action the rule plays."""
+    if not proto.stuck_repeats:
+        return None
+    if sim.num_actions <= proto.stuck_action:
+        sim.close()
+        raise EvalError(f"the {proto.name} protocol's anti-stuck rule plays action {proto.stuck_action}, but "
+                        f"{spec.kind}:{spec.name} has {sim.num_actions} action(s); use --policy greedy")
+    if names is not None and names[proto.stuck_action] != "FIRE":
+        print(f"ba3c.evaluate: note: action {proto.stuck_action} of {spec.name} is {names[proto.stuck_action]}, "
+              f"not FIRE; the {proto.name} protocol's anti-stuck rule plays it all the same, as the authors' code "
+              "did", file=sys.stderr, flush=True)
+    return AntiStuck(n, proto.stuck_repeats, proto.stuck_action)
+
+
 def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *, epsilon: float = 0.05,
                    num_envs: int = 16, max_episode_frames: int | None = None, seed: int = 0,
                    record_path: str | None = None, num_threads: int = 0,
@@ -320,17 +337,7 @@ def evaluate_model(model, spec: EnvSpec, episodes: int, policy: str = "paper", *
     quotas = episode_quotas(episodes, num_envs)
     names = action_names(spec)
     sim = _open_simulator(model, spec, len(quotas), num_threads, cap, fire_after_life_loss, sticky_actions)
-    anti_stuck = None
-    if proto.stuck_repeats:
-        if sim.num_actions <= proto.stuck_action:
-            sim.close()
-            raise EvalError(f"the {proto.name} protocol's anti-stuck rule plays action {proto.stuck_action}, but "
-                            f"{spec.kind}:{spec.name} has {sim.num_actions} action(s); use --policy greedy")
-        anti_stuck = AntiStuck(len(quotas), proto.stuck_repeats, proto.stuck_action)
-        if names is not None and names[proto.stuck_action] != "FIRE":
-            print(f"ba3c.evaluate: note: action {proto.stuck_action} of {spec.name} is {names[proto.stuck_action]}, "
-                  f"not FIRE; the {proto.name} protocol's anti-stuck rule plays it all the same, as the authors' code "
-                  "did", file=sys.stderr, flush=True)
+    anti_stuck = _anti_stuck(proto, sim, spec, names, len(quotas))
     if record_path and len(sim.obs_shape) != 3:  # not worth failing the evaluation over
         print(f"ba3c.evaluate: not recording: --record needs image observations, {spec.kind}:{spec.name} has "
               f"vector observations of shape {sim.obs_shape}", file=sys.stderr, flush=True)

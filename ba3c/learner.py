@@ -174,7 +174,7 @@ class Learner:
         so that checkpoints keep their layout. Keras 3 runs about a dozen small ops per weight; the fused kernel
         takes half the time (Nature CNN, one core: ~3 against ~6.5 ms; docs/results/scaling.md). Both compute,
         with t = iterations + 1: m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2),
-        w -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps); tests/test_adam.py: equal to Keras's update to
+        w -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps); tests/unit/test_adam.py: equal to Keras's update to
         float32 rounding (the kernel forms 1 - b in float32, Keras in double)."""
         tf, opt = self._tf, self.opt
         t = tf.cast(opt.iterations + 1, tf.float32)

@@ -34,7 +34,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmarks import harness, netns, scaling_model as sm
+from benchmarks import netns, scaling_model as sm
+from measure import harness
 
 # PRRTE's keepalive on the connections between mpirun and each node's daemon: a node cut from the network is
 # declared lost after 10 + 3 x 2 s of silence, and mpirun then ends the job. With PRRTE's defaults (300 s + 9 x

@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import box_cluster, harness, scaling_model as sm
+from benchmarks import box_cluster, scaling_model as sm
+from measure import harness
 
 RESULTS = os.path.join(harness.ROOT, "benchmarks", "results", "box_scaling")
 STATS_INTERVAL = 5  # --stats-interval-updates: a sync point (two small collectives) every this many updates

@@ -47,7 +47,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from benchmarks import harness
+from measure import harness
 
 TRAIN_EVERY, BATCH = 4, 32  # CleanRL dqn_atari's train_frequency and batch_size (ba3c's Gorila defaults too)
 SPS_EVERY = 100  # CleanRL prints SPS when global_step % 100 == 0, past learning_starts

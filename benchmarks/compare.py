@@ -14,7 +14,7 @@ With --readme FILE (repeatable) the generated sections of FILE are rewritten, ea
 marker lines (`SECTIONS`): the headline table (the paper's six games, paper protocol, the default
 seed, no sticky actions: one row each), every paper-protocol row, and the scaling headline (from
 --scaling, benchmarks/results/scaling/scaling.json). A FILE holds any of them; one with none is an
-error. tests/test_readme.py regenerates them from the committed results and fails when a copy differs.
+error. tests/docs/test_readme.py regenerates them from the committed results and fails when a copy differs.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ba3c.config import LearnConfig
-from benchmarks import harness
+from measure import harness
 
 DEFAULT_ALGO = LearnConfig.algo  # rows of other algorithms are noted as such
 

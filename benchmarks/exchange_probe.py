@@ -99,9 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--tag", default="", help="ignored: names this run in the process table (for cleanup checks)")
     args = p.parse_args(argv)
-    from ba3c.dist import HorovodDist, MpiDist
+    from ba3c import api
 
-    dist = MpiDist()
+    dist = api.mpi_exchange()
     comm = dist.comm
     out: dict[str, Any] = {"ranks": dist.size, "reps": args.reps, "warmup": args.warmup, "backends": {},
                            "hosts": comm.gather(socket.gethostname(), root=0),
@@ -115,10 +115,10 @@ def main(argv: list[str] | None = None) -> None:
         elif backend == "horovod":
             import tensorflow as tf
 
-            from ba3c.model import build_model
+            from ba3c.config import Config
 
-            hdist = HorovodDist()
-            model = build_model("nature", (4, 84, 84), 6, seed=0)
+            hdist = api.mpi_exchange(horovod=True)
+            model = api.network(Config(), (4, 84, 84), 6, kind="nature", seed=0)
             grads = [tf.ones_like(v) for v in model.trainable_variables]
             floats = int(sum(int(np.prod(v.shape)) for v in model.trainable_variables))
             average = tf.function(hdist.graph_average)

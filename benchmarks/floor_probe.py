@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import harness
+from measure import harness
 
 OUT = os.path.join(harness.RESULTS, "step_time")
 OBS_SHAPE, ACTIONS = (4, 84, 84), 6
@@ -60,11 +60,9 @@ def probe(rounds: int, cell_s: float, seed: int) -> dict[str, Any]:
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from ba3c.config import LearnConfig
-    from ba3c.dist import Dist
+    from ba3c import api
+    from ba3c.config import Config, LearnConfig
     from ba3c.experience import TrainBatch
-    from ba3c.learner import Learner, _clip, _packed
-    from ba3c.model import build_model
 
     rng = np.random.default_rng(seed)
     cfg = LearnConfig()
@@ -74,14 +72,17 @@ def probe(rounds: int, cell_s: float, seed: int) -> dict[str, Any]:
                           rng.integers(0, ACTIONS, b).astype(np.int32),
                           rng.normal(size=b).astype(np.float32), rng.normal(size=b).astype(np.float32))
 
-    base = Learner(build_model("nature", OBS_SHAPE, ACTIONS, seed=0), cfg, Dist(), 1e-4, 0)
-    xla = Learner(build_model("nature", OBS_SHAPE, ACTIONS, seed=0), cfg, Dist(), 1e-4, 0)
-    xla._fused = tf.function(lambda *b: _packed(tf, *xla._fused_step(list, False, *b)), jit_compile=True)
+    def nature():  # -> keras.Model
+        return api.network(Config(), OBS_SHAPE, ACTIONS, kind="nature", seed=0)
+
+    base = api.plain_learner(nature(), cfg, 1e-4)
+    xla = api.xla_learner(nature(), cfg, 1e-4)
+    parts = api.update_parts(base)
     data = {b: batch(b) for b in (1, 8, 32)}
     tensors = {b: tuple(tf.constant(a) for a in base.loss.inputs(data[b])) for b in data}
     variables = base.model.trainable_variables
     grads = [tf.constant(rng.normal(scale=1e-3, size=v.shape).astype(np.float32)) for v in variables]
-    opt_xla = tf.function(lambda gs: base._apply_grads(gs), jit_compile=True)
+    opt_xla = tf.function(lambda gs: parts.apply_grads(gs), jit_compile=True)
     n_params = sum(int(np.prod(v.shape)) for v in variables)
     flat_grad = tf.concat([tf.reshape(g, [-1]) for g in grads], 0)
 
@@ -113,16 +114,16 @@ def probe(rounds: int, cell_s: float, seed: int) -> dict[str, Any]:
             v.assign(tf.reshape(part, v.shape))
         return flat[0]
 
-    adam = tf.function(lambda gs: (base._adam(list(gs)), tf.constant(0.0))[1])
-    clip = tf.function(lambda gs: tf.reshape(_clip(tf, list(gs), cfg.clip_mode, cfg.clip_norm)[0][0], [-1])[0])
-    grads_1 = tf.function(lambda *a: tf.reshape(base._loss_and_grads(*a)[0][0], [-1])[0])
+    adam = tf.function(lambda gs: (parts.optimizer_step(list(gs)), tf.constant(0.0))[1])
+    clip = tf.function(lambda gs: tf.reshape(api.clip_gradients(list(gs), cfg.clip_mode, cfg.clip_norm)[0][0], [-1])[0])
+    grads_1 = tf.function(lambda *a: tf.reshape(parts.loss_and_grads(*a)[0][0], [-1])[0])
     weights_flat = tf.concat([tf.reshape(v, [-1]) for v in variables], 0)
     call: dict[str, Callable[[], Any]] = {}
     for b in data:
         call[f"train {b}"] = lambda b=b: base.train(data[b])
         call[f"train-xla {b}"] = lambda b=b: xla.train(data[b])
-        call[f"fused-only {b}"] = lambda b=b: base._fused_for(tensors[b])(*tensors[b]).numpy()
-    call["optimizer"] = lambda: float(base._apply(grads))
+        call[f"fused-only {b}"] = lambda b=b: parts.fused_for(tensors[b])(*tensors[b]).numpy()
+    call["optimizer"] = lambda: float(parts.optimizer(grads))
     call["optimizer-xla"] = lambda: float(opt_xla(grads))
     call["adam"] = lambda: float(adam(grads))
     call["clip"] = lambda: float(clip(grads))
@@ -164,12 +165,13 @@ def collectives(rounds: int, cell_s: float, seed: int) -> dict[str, Any]:
     import horovod.tensorflow as hvd
     from mpi4py import MPI
 
-    from ba3c.model import build_model
+    from ba3c import api
+    from ba3c.config import Config
 
     comm = MPI.COMM_WORLD
     hvd.init(comm=comm)
     rng = np.random.default_rng(seed)
-    variables = build_model("nature", OBS_SHAPE, ACTIONS, seed=0).trainable_variables
+    variables = api.network(Config(), OBS_SHAPE, ACTIONS, kind="nature", seed=0).trainable_variables
     grads = [tf.constant(rng.normal(scale=1e-3, size=v.shape).astype(np.float32)) for v in variables]
 
     @tf.function

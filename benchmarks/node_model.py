@@ -27,7 +27,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks import harness, scaling_model as sm
+from benchmarks import scaling_model as sm
+from measure import harness
 
 GRADIENT_BYTES = sm.BYTES_PER_FLOAT * sm.MODEL_FLOATS  # the Nature CNN's gradient, float32
 FRAMES_PER_STEP = 4  # frameskip: one agent step (one sample) is 4 emulator frames

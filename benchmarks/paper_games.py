@@ -29,7 +29,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from benchmarks import compare, harness, time_to_score
+from benchmarks import compare, time_to_score
+from measure import harness
 
 TAG = "games"  # time_to_score-GAME-games.json: these runs, apart from earlier single runs of a game
 

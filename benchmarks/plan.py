@@ -37,7 +37,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks import harness, node_model as nm, scaling_model as sm
+from benchmarks import node_model as nm, scaling_model as sm
+from measure import harness
 
 FRAMES_PER_STEP = nm.FRAMES_PER_STEP
 PAPER_MINUTES = 21.0  # arXiv 1801.02852: Breakout in 21 minutes on 64 nodes, 768 cores in all

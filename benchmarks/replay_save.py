@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from benchmarks import harness
+from measure import harness
 
 LEARNING_STARTS = 80_000  # the trainer's --learning-starts default (CleanRL dqn_atari)
 ENVS = 8  # Gorila mode's --num-envs default

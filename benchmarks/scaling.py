@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import harness, node_model as nm
+from benchmarks import node_model as nm
 from benchmarks.scaling_results import (
     AllreduceSweep,
     Analysis,
@@ -43,6 +43,7 @@ from benchmarks.scaling_results import (
     analyze,
     to_json,
 )
+from measure import harness
 
 
 @dataclass(frozen=True)

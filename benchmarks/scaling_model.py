@@ -1,4 +1,4 @@
-"""The scaling model: pure arithmetic, no I/O, no processes (tests/test_scaling_model.py).
+"""The scaling model: pure arithmetic, no I/O, no processes (tests/benchmarks/test_scaling_model.py).
 
 Ring allreduce of `bytes` over r ranks:
     t_allreduce(r) = a + 2(r-1)/r * bytes / bandwidth + 2(r-1) * latency      (0 for r = 1)

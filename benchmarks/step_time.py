@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from benchmarks import harness, scaling_model as sm
+from benchmarks import scaling_model as sm
+from measure import harness
 
 OUT = os.path.join(harness.RESULTS, "step_time")
 BATCHES = (4, 8, 16, 32, 64, 128, 256)
@@ -64,11 +65,9 @@ def worker(threads: int, batches: Sequence[int], rounds: int, cell_s: float, see
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from ba3c.config import LearnConfig
-    from ba3c.dist import Dist
+    from ba3c import api
+    from ba3c.config import Config, LearnConfig
     from ba3c.experience import TrainBatch
-    from ba3c.learner import Learner
-    from ba3c.model import build_model
 
     rng = np.random.default_rng(seed)
 
@@ -77,7 +76,7 @@ def worker(threads: int, batches: Sequence[int], rounds: int, cell_s: float, see
                           rng.integers(0, ACTIONS, b).astype(np.int32),
                           rng.normal(size=b).astype(np.float32), rng.normal(size=b).astype(np.float32))
 
-    learner = Learner(build_model("nature", OBS_SHAPE, ACTIONS, seed=0), LearnConfig(), Dist(), 1e-4, 0)
+    learner = api.plain_learner(api.network(Config(), OBS_SHAPE, ACTIONS, kind="nature", seed=0), LearnConfig(), 1e-4)
     # Two parts of the fixed cost, timed beside the updates: the optimizer alone (the learner's own compiled
     # clipping + Adam on gradient-shaped tensors: work in proportion to the parameters, not the batch) and
     # one call of a trivial compiled function read back to the host (TensorFlow's dispatch floor).
@@ -87,7 +86,7 @@ def worker(threads: int, batches: Sequence[int], rounds: int, cell_s: float, see
     one = tf.constant(1.0)
     data = {b: batch(b) for b in batches}
     call: dict[int | str, Callable[[], Any]] = {b: (lambda b=b: learner.train(data[b])) for b in batches}
-    call["optimizer"] = lambda: float(learner._apply(grads))
+    call["optimizer"] = lambda: float(api.update_parts(learner).optimizer(grads))
     call["dispatch"] = lambda: float(trivial(one))
     calls: dict[int | str, int] = {}
     for key, fn in call.items():  # trace each shape, then size its cell from the last of a few calls

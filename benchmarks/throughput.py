@@ -44,7 +44,7 @@ from ba3c.algos import algorithm, builtin_names
 from ba3c.config import Config
 from ba3c.simulators import AtariSimulator, EnvSpec, resolve_env
 from ba3c.workers import configure_tensorflow, cores_available
-from benchmarks import harness
+from measure import harness
 
 
 def timed_rate(step: Callable[[], int], seconds: float, warmup_calls: int) -> float:

@@ -31,8 +31,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks import harness
-from benchmarks.harness import Row
+from measure import harness
+from measure.harness import Row
 
 # Early-stop thresholds of the paper (arXiv 1801.02852).
 PAPER_TARGETS = {"breakout": 300.0, "pong": 10.0, "seaquest": 1830.0, "space_invaders": 700.0, "riverraid": 4000.0}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install a local SLURM (slurmctld, slurmd, sbatch, ...) and munge from Debian's apt, so that
-# tests/test_slurm.py can run sbatch jobs against a one-node cluster on localhost.
+# tests/multirank/test_slurm.py can run sbatch jobs against a one-node cluster on localhost.
 # Idempotent: does nothing when slurmctld is already installed. Needs root (a CI box).
 set -euo pipefail
 if command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ]; then

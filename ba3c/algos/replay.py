@@ -11,7 +11,7 @@ as CartPole's, whole), the action chosen for that observation and what followed 
 terminal flag). A stacked observation is then a slice of one stream: frames n-3..n. Each episode's
 first observation is written with the frames before its newest one (what the actor was shown: ALE's
 AtariVectorEnv shows zeros there, measured with ale-py 0.12.1, checked against the real simulator by
-tests/test_replay.py) as `stack - 1` padding slots that no sample starts from, so a stack never
+tests/unit/test_replay.py) as `stack - 1` padding slots that no sample starts from, so a stack never
 reaches into another episode and needs no mask. One million Atari slots take ~7 GB this way
 (`replay_bytes`), against ~28 GB for stored stacks.
 

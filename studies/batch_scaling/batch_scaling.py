@@ -43,9 +43,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks import harness, scaling_results
-from benchmarks.harness import Row
+from benchmarks import scaling_results
 from benchmarks.time_to_score import first_reach, main as time_to_score
+from measure import harness
+from measure.harness import Row
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # this study's committed results
 

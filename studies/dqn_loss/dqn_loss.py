@@ -4,7 +4,7 @@ sooner and ends better, paired by seed, on CartPole with the Gorila learning tes
     python -m studies.dqn_loss --seeds 10 --frames 50000 --eval-episodes 20
 
 Each (variant, seed) is one `python -m ba3c.train --algo gorila --env CartPole-v1` run (the settings of
-tests/test_gorila_train.py: 8 environments, replay 20,000, warm-up 1,000 agent steps, one update of 64
+tests/unit/test_gorila_train.py: 8 environments, replay 20,000, warm-up 1,000 agent steps, one update of 64
 samples every 4 agent steps, target copy every 100 updates, epsilon 1 to 0.05 over 10,000 steps, lr 1e-3)
 with `--dqn-loss`, `--dqn-target` and `--seed` set, then `python -m ba3c.evaluate --policy greedy` on its
 final checkpoint. The variants run in a different order for every seed (rotated), so a drift in this
@@ -24,11 +24,11 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks import harness
+from measure import harness
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # this study's committed results
 
-# the Gorila learning test's CartPole settings (tests/test_gorila_train.py), so the study measures the same runs
+# the Gorila learning test's CartPole settings (tests/unit/test_gorila_train.py), so the study measures the same runs
 CARTPOLE = ["--algo", "gorila", "--env", "CartPole-v1", "--num-envs", "8", "--predict-batch", "8",
             "--replay-size", "20000", "--learning-starts", "1000", "--train-every", "4", "--target-every", "100",
             "--eps-decay-steps", "10000", "--eps-end", "0.05", "--lr", "1e-3", "--train-batch", "64",

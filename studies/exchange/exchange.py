@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import harness
+from measure import harness
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # this study's committed results
 

@@ -54,17 +54,14 @@ def main(argv: list[str] | None = None) -> None:
     from ba3c.workers import set_tensorflow_threads
 
     set_tensorflow_threads(1, args.inter_op)  # before TensorFlow runs anything
-    from ba3c import dist as dist_mod
-    from ba3c.config import LearnConfig
+    from ba3c import api
+    from ba3c.config import Config, LearnConfig
     from ba3c.experience import TrainBatch
-    from ba3c.learner import Learner
-    from ba3c.model import build_model
 
     needs_horovod = any(VARIANTS[n][0] == "horovod" for n in names)
-    world = dist_mod.init("horovod" if needs_horovod else "mpi")
-    assert isinstance(world, dist_mod.MpiDist)
-    dists: dict[str, dist_mod.Dist] = {"none": dist_mod.Dist(), "horovod": world,
-                                       "mpi": dist_mod.MpiDist() if needs_horovod else world}
+    world = api.mpi_exchange(horovod=needs_horovod)
+    dists: dict[str, api.Dist] = {"none": api.single_process(), "horovod": world,
+                                  "mpi": api.mpi_exchange() if needs_horovod else world}
     rng = np.random.default_rng(world.rank)
     b = args.batch
     batch = TrainBatch(rng.integers(0, 255, (b, 4, 84, 84), dtype=np.uint8), rng.integers(0, 6, b).astype(np.int32),
@@ -72,8 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     learners = {}
     for n in names:
         backend, fields = VARIANTS[n]
-        learners[n] = Learner(build_model("nature", (4, 84, 84), 6, seed=0), LearnConfig(**fields), dists[backend],
-                              lr=1e-5, warmup_updates=0)
+        model = api.network(Config(), (4, 84, 84), 6, kind="nature", seed=0)
+        learners[n] = api.plain_learner(model, LearnConfig(**fields), 1e-5, dists[backend])
         for _ in range(args.warmup_steps):  # tracing, Horovod's response cache
             learners[n].train(batch)
 

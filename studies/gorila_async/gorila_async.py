@@ -44,7 +44,7 @@ THRESHOLD = 195.0  # a CartPole-v1 greedy mean that counts as learned (v0's "sol
 
 @dataclass(frozen=True)
 class Settings:
-    """The CartPole setting of ba3c's Gorila learning test (tests/test_gorila_train.py), per bundle."""
+    """The CartPole setting of ba3c's Gorila learning test (tests/unit/test_gorila_train.py), per bundle."""
     num_envs: int = 8
     replay_size: int = 20_000
     learning_starts: int = 1_000
@@ -335,7 +335,7 @@ def levels(curve: list) -> dict[str, float]:
 
 def run_one(mode: str, seed: int, slow_ms: float, a: argparse.Namespace, out_dir: str) -> dict:
     sys.path.insert(0, ROOT)
-    from benchmarks.harness import child_env
+    from measure.harness import child_env
 
     ranks = a.bundles if mode == "sync" else a.bundles + 1
     out = os.path.join(out_dir, f"run-{mode}-slow{slow_ms:g}-seed{seed}.json")
@@ -359,7 +359,7 @@ def run_one(mode: str, seed: int, slow_ms: float, a: argparse.Namespace, out_dir
 
 def compare(a: argparse.Namespace) -> int:
     sys.path.insert(0, ROOT)
-    from benchmarks.harness import machine
+    from measure.harness import machine
 
     os.makedirs(a.out_dir, exist_ok=True)
     runs: list[dict] = []
@@ -400,7 +400,7 @@ def summary(runs: list[dict]) -> None:
 
 def plot(runs: list[dict], path: str) -> None:
     sys.path.insert(0, ROOT)
-    from benchmarks.harness import pyplot
+    from measure.harness import pyplot
 
     plt = pyplot()
     slows = sorted({r["slow_ms"] for r in runs})

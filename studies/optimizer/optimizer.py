@@ -29,8 +29,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks import harness
-from benchmarks.harness import Row
+from measure import harness
+from measure.harness import Row
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # this study's committed results
 

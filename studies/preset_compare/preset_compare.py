@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks import harness
+from measure import harness
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # this study's committed results
 

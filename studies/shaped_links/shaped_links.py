@@ -57,8 +57,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import harness, scaling_model as sm
+from benchmarks import scaling_model as sm
 from benchmarks.netns import AGENT, MTU, NAME_PREFIX, SUBNET, Cluster, Topology, delta, remove_stale, tbf_sizes
+from measure import harness
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 LINK_BOUND_MAX_CPU_SHARE = 0.2  # unshaped / shaped median at most this: the link, not the CPUs, bounds the point

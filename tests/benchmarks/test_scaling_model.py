@@ -1,5 +1,5 @@
 """benchmarks/scaling_model.py: the allreduce model, its fit, efficiencies, the step-time fit and frames to a score, by
-hand (the node model and its projection: tests/test_node_model.py)."""
+hand (the node model and its projection: tests/benchmarks/test_node_model.py)."""
 from __future__ import annotations
 
 import math

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.cleanrl_compare import Stint, cleanrl_sps_steps, summarize, window_rate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_sps_lines_are_the_multiples_of_100_past_learning_starts():

@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks import node_model as nm, plan, scaling_model as sm, step_time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # updates to the score: 40,000 at B = 64, 20,000 at 256, 5,000 at 1,024 (as frames: updates x 4 x B)
 FRAMES = [sm.FramesToScore(64, 40_000 * 4 * 64, "gb64 (training return)"),

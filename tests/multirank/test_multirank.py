@@ -17,7 +17,7 @@ def load(out) -> list[dict]:
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", ["horovod", "mpi"])
 def test_gradient_exchange(backend, tmp_path):
-    mpirun(2, ["tests/mpi_checks.py", backend, str(tmp_path)], timeout=400)
+    mpirun(2, ["tests/multirank/mpi_checks.py", backend, str(tmp_path)], timeout=400)
     r0, r1 = load(tmp_path)
     assert r0["size"] == r1["size"] == 2 and r0["backend"] == backend
     assert r0["after_broadcast"] == r1["after_broadcast"], "broadcast did not give identical start weights"

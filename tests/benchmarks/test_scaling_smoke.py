@@ -61,7 +61,8 @@ def test_scaling_quick(tmp_path):
 
 
 def test_plan_runs_each_layout_then_the_control(monkeypatch):
-    from benchmarks import harness, scaling
+    from benchmarks import scaling
+    from measure import harness
 
     monkeypatch.setattr(harness, "cores", lambda: 4)
     args = scaling.parse(["--ranks", "1,2", "--layouts", "core,fat", "--control-ranks", "2"])[1]

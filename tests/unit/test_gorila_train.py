@@ -67,7 +67,7 @@ def test_cartpole_learns(tmp_path):
 def test_two_ranks_identical_and_averaged(backend, tmp_path):
     """Each rank samples its own replay; after every update both ranks hold the same network and the same target
     (copied every 2 updates), equal to one process trained on both ranks' batches as one."""
-    mpirun(2, ["tests/mpi_gorila.py", backend, str(tmp_path)], timeout=400)
+    mpirun(2, ["tests/multirank/mpi_gorila.py", backend, str(tmp_path)], timeout=400)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
     assert r0["batches"][0]["rewards"] != r1["batches"][0]["rewards"], "ranks sampled the same data"
     assert r0["network"] == r1["network"] and r0["target"] == r1["target"]

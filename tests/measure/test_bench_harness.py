@@ -1,4 +1,4 @@
-"""benchmarks/harness.py: the steady window, CSV rows, a process's CPU seconds, and the trainer runner on a fake
+"""measure/harness.py: the steady window, CSV rows, a process's CPU seconds, and the trainer runner on a fake
 trainer (no TF)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from benchmarks import harness
+from measure import harness
 
 
 def rows(times, frames_per_s=100.0):

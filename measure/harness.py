@@ -1,4 +1,4 @@
-"""What every benchmark shares: the machine, the trainer's CSVs, the steady window, the trainer process.
+"""What every benchmark and study shares: the machine, the trainer's CSVs, the steady window, the trainer process.
 
 * `machine()`: one description of the machine a result was measured on.
 * `proc_cpu_seconds(pid)`: user + system CPU seconds a process has used so far.

@@ -1,6 +1,6 @@
 """Run under `mpirun -np N`: checks of the gradient exchange, written as JSON by every rank.
 
-    mpirun -np 2 python tests/mpi_checks.py BACKEND OUT_DIR
+    mpirun -np 2 python tests/multirank/mpi_checks.py BACKEND OUT_DIR
 
 For every way this backend can exchange (horovod: per-tensor and grouped ops; mpi: per-tensor from
 inside the step, or one flat buffer after it; each in float32 and fp16) it records the averaged gradient of one

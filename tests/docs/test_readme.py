@@ -116,8 +116,8 @@ def test_every_results_file_is_named_by_a_page():
     assert not unnamed, f"results files no page names (name them, or remove them): {unnamed}"
 
 
-@pytest.mark.parametrize("top", ["README.md", "ba3c", "benchmarks", "studies", "launch", "docs", "tests", "Makefile",
-                                 "setup.cfg", ".ci"])
+@pytest.mark.parametrize("top", ["README.md", "ba3c", "measure", "benchmarks", "studies", "launch", "docs", "tests",
+                                 "Makefile", "setup.cfg", ".ci"])
 def test_nothing_points_outside_the_repository(top):
     """A user's clone has only this repository: no file may cite the shared folder beside it."""
     outside = "../" + "shared"  # spelled apart so that this file does not match itself

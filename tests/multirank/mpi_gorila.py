@@ -1,6 +1,6 @@
 """Run under `mpirun -np 2`: Gorila's learner on two ranks, each sampling its own replay memory.
 
-    mpirun -np 2 python tests/mpi_gorila.py BACKEND OUT_DIR
+    mpirun -np 2 python tests/multirank/mpi_gorila.py BACKEND OUT_DIR
 
 Every rank fills its own replay (different transitions per rank), then makes 6 updates with the DQN loss
 (target copied every 2 updates) through the shared Learner and the chosen exchange, and records after each

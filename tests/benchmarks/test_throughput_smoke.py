@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RATES = ("env_steps_per_s", "forward_samples_per_s", "train_samples_per_s", "pipeline_steps_per_s",
          "ceiling_steps_per_s", "efficiency", "frames_per_s")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SBATCH_SCRIPT = ROOT / "launch" / "train.sbatch"
 DAEMON_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 TINY = ["--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch", "20", "--dist", "mpi",

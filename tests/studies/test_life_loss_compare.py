@@ -64,7 +64,7 @@ def test_life_loss_compare_breakout(tmp_path):
 
 
 def test_marks_and_variant_means():
-    from benchmarks.harness import curve_mean
+    from measure.harness import curve_mean
     from studies.life_loss_compare.life_loss_compare import RunResult, at_mark, variant_means
 
     rows = [{"frames": "500", "return_mean20": ""}, {"frames": "900", "return_mean20": "1.5"},

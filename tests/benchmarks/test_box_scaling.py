@@ -1,6 +1,6 @@
 """The cluster in the box's arithmetic, without root: the emulated link, the straggler prediction, the window's
 frames/s from progress.csv rows, the waiting term (E[max] of the ranks' update times) and box_scaling's model
-(the runs themselves: tests/test_box_cluster.py, benchmarks/box_scaling.py)."""
+(the runs themselves: tests/multirank/test_box_cluster.py, benchmarks/box_scaling.py)."""
 from __future__ import annotations
 
 import numpy as np
