@@ -119,7 +119,7 @@ class UpdateParts:
 def update_parts(trainer_learner) -> UpdateParts:  # trainer_learner: ba3c.learner.Learner
     """The pieces of `trainer_learner`'s update (one made by `plain_learner` or `learner`, single process)."""
     l = trainer_learner
-    return UpdateParts(l._apply, l._apply_grads, l._step, l._loss_and_grads, l._fused_for)
+    return UpdateParts(l._apply, l._apply_grads, l._adam, l._loss_and_grads, l._fused_for)
 
 
 def example_batch(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, n: int | None = None,

@@ -23,7 +23,6 @@ from ba3c.files import write_json
 from ba3c.removed import removed_behaviours, removed_message, without_removed
 
 MODELS = ("auto", "nature", "paper", "mlp")
-OPTIMIZERS = ("adam", "rmsprop")
 CLIP_MODES = ("global", "avg")
 DIST_BACKENDS = ("auto", "horovod", "mpi", "none")
 ALLREDUCES = ("grouped", "per-tensor")
@@ -106,15 +105,10 @@ class LearnConfig:
     train_batch: int = _f(64, "samples per rank per update (global batch: train_batch x ranks)",
                           doc="The global batch (with --rehearse-ranks: x K) may not exceed 4096, twice the paper's "
                               "largest; beyond it Adam would need retuning not done here.")
-    optimizer: str = _f("adam", "adam, or rmsprop (TF-style, as OpenAI baselines' A2C; a study candidate)",
-                        doc="rmsprop: ms += (g^2 - ms)(1 - alpha), ms starting at 1; w -= lr g / sqrt(ms + eps) with "
-                            "--rms-alpha and --adam-eps; beta1 and beta2 unused. studies/optimizer compares them. "
-                            "A resume may not change it.", choices=OPTIMIZERS, experimental=True)
     lr: float = _f(5e-4, "Adam learning rate at the reference global batch (--lr-ref-batch)")
     beta1: float = _f(0.9, "Adam beta1")
     beta2: float = _f(0.999, "Adam beta2")
-    adam_eps: float = _f(1e-5, "Adam epsilon (RMSProp's too, inside its square root)")
-    rms_alpha: float = _f(0.99, "RMSProp's decay of the mean square (--optimizer rmsprop)")
+    adam_eps: float = _f(1e-5, "Adam epsilon")
     clip_norm: float = _f(0.5, "gradient clipping threshold (0: off)")
     clip_mode: str = _f("global", "global: clip by global norm; avg: each tensor by its average norm (paper)",
                         choices=CLIP_MODES)
@@ -305,7 +299,6 @@ _GROUPS: dict[str, type] = {"sim": SimConfig, "learn": LearnConfig, "run": RunCo
 # Options added after runs were saved, and the value a saved config that lacks one ran with (which
 # need not be today's default): a resume or an evaluation of an old run keeps what it trained with.
 IMPLIED_BY_OLDER_CONFIGS: dict[str, Any] = {"life_loss": "ignore", "allreduce": "grouped", "compression": "none",
-                                             "optimizer": "adam", "rms_alpha": 0.99,
                                              "noise_scale_every": 0,
                                              "decorrelate_steps": 0,
                                              "sticky_actions": 0.0, "checkpoint_max_failures": 3}
@@ -408,7 +401,7 @@ def _check_ranges(cfg: Config) -> None:
     for name in ("guard_entropy_drop", "guard_lr_cut"):
         if not 0.0 < getattr(r, name) < 1.0:
             raise ConfigError(f"{_flag(name)}: must be in (0, 1), got {getattr(r, name)}")
-    for name in ("beta1", "beta2", "rms_alpha"):
+    for name in ("beta1", "beta2"):
         if not 0.0 <= getattr(l, name) < 1.0:
             raise ConfigError(f"--{name}: must be in [0, 1), got {getattr(l, name)}")
     if not 0.0 < l.gamma <= 1.0:

@@ -1,4 +1,4 @@
-"""Compiled train step, Adam (or RMSProp), gradient clipping and the gradient exchange between ranks.
+"""Compiled train step, Adam, gradient clipping and the gradient exchange between ranks.
 
 The loss is the algorithm's (`Algorithm.make_loss`, ba3c.algos); everything else in an update (the compiled
 fused step, the exchange, clipping, the optimizer, the state that checkpoints and the start-up broadcast
@@ -92,17 +92,8 @@ class Learner:
             loss = A2CLoss(cfg)
         self.loss = loss  # the algorithm's (ba3c.algos.base: names, inputs, __call__, after_update, state_variables)
         self.base_lr, self.warmup = lr, warmup_updates
-        if cfg.optimizer == "rmsprop":
-            self.opt = keras.optimizers.RMSprop(learning_rate=lr, rho=cfg.rms_alpha, epsilon=cfg.adam_eps)
-            self.opt.build(model.trainable_variables)
-            for v in self.opt._velocities:  # TF-style (baselines' A2C): the mean square starts at 1, not 0
-                v.assign(tf.ones_like(v))
-            self._step = self._rmsprop
-        else:
-            self.opt = keras.optimizers.Adam(learning_rate=lr, beta_1=cfg.beta1, beta_2=cfg.beta2,
-                                             epsilon=cfg.adam_eps)
-            self.opt.build(model.trainable_variables)
-            self._step = self._adam
+        self.opt = keras.optimizers.Adam(learning_rate=lr, beta_1=cfg.beta1, beta_2=cfg.beta2, epsilon=cfg.adam_eps)
+        self.opt.build(model.trainable_variables)
         self.updates = 0
         # Where the lr schedule (warm-up) is: `updates`, except that a rollback takes it back with the weights
         # and Adam's state (a rollback into the warm-up must not meet fresh Adam moments with the full lr).
@@ -151,22 +142,8 @@ class Learner:
 
     def _apply_grads(self, grads):
         clipped, norm = _clip(self._tf, list(grads), self.cfg.clip_mode, self.cfg.clip_norm)
-        self._step(clipped)
+        self._adam(clipped)
         return norm
-
-    def _rmsprop(self, grads: list) -> None:
-        """TF1's RMSProp as OpenAI baselines' A2C uses it (Stable-Baselines3's RMSpropTFLike): ms += (g^2 - ms)
-        (1 - alpha); w -= lr g / sqrt(ms + eps), eps inside the root, ms from 1 (Keras's puts eps outside, from 0).
-        Plain ops, not a fused kernel: TensorFlow's ResourceApplyRMSProp needs a momentum slot Keras does not keep."""
-        tf, opt = self._tf, self.opt
-        alpha, eps = tf.constant(self.cfg.rms_alpha, tf.float32), tf.constant(self.cfg.adam_eps, tf.float32)
-        lr = tf.convert_to_tensor(opt.learning_rate)
-        applied = []
-        for g, w, ms in zip(grads, self.model.trainable_variables, opt._velocities):
-            new_ms = ms.assign(alpha * ms + (1.0 - alpha) * tf.square(g))
-            applied.append(w.assign_sub(lr * g / tf.sqrt(new_ms + eps)))
-        with tf.control_dependencies(applied):
-            opt.iterations.assign_add(1)
 
     def _adam(self, grads: list) -> None:
         """keras.optimizers.Adam's update (amsgrad off) made by TensorFlow's fused kernel, one ResourceApplyAdam

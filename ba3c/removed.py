@@ -13,11 +13,12 @@ from typing import Any
 # cannot continue it, an evaluation can (the network is the same).
 REMOVED_OPTIONS: dict[str, Any] = {"lr_adapt": "none", "kl_target": None, "kl_lr_max": None, "kl_samples": None,
                                    "advantage_norm": "none", "lr_decay": "none", "lr_decay_frames": None,
-                                   "exchange": "sync"}
-_KL_GONE, _DECAY_GONE, _OVERLAP_GONE = "7a76fc9bcf21", "3fb9c3a6a7b7", "a8907d52b199"
+                                   "exchange": "sync", "optimizer": "adam", "rms_alpha": None}
+_KL_GONE, _DECAY_GONE, _OVERLAP_GONE, _RMSPROP_GONE = "7a76fc9bcf21", "3fb9c3a6a7b7", "a8907d52b199", "f36558ad4d36"
 REMOVED_IN: dict[str, str] = {"lr_adapt": _KL_GONE, "kl_target": _KL_GONE, "kl_lr_max": _KL_GONE,
                               "kl_samples": _KL_GONE, "advantage_norm": _KL_GONE,
-                              "lr_decay": _DECAY_GONE, "lr_decay_frames": _DECAY_GONE, "exchange": _OVERLAP_GONE}
+                              "lr_decay": _DECAY_GONE, "lr_decay_frames": _DECAY_GONE, "exchange": _OVERLAP_GONE,
+                              "optimizer": _RMSPROP_GONE, "rms_alpha": _RMSPROP_GONE}
 
 
 def _flag(name: str) -> str:

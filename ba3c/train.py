@@ -25,8 +25,8 @@ from ba3c.config import (
 )
 from ba3c.files import EXIT_NO_SPACE, NoSpaceError, unwritable
 
-# Options that change the network, what it is trained on or the optimizer state it keeps: a resume may not change them.
-MODEL_DEFINING = ("env", "model", "algo", "optimizer")  # optimizer: its state is in the checkpoint
+# Options that change the network or what it is trained on: a resume may not change them.
+MODEL_DEFINING = ("env", "model", "algo")
 
 
 def resolve(argv: Sequence[str] | None) -> tuple[Config, bool]:

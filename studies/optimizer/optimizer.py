@@ -36,7 +36,9 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  #
 
 # The candidates (issue 62): today's default; the paper's Adam betas and epsilon (arXiv 1801.02852, the authors'
 # released command) at the default lr and clipping; beta2 between; the paper's whole preset; RMSProp as OpenAI
-# baselines' and Stable-Baselines3's A2C set it (lr 7e-4, alpha 0.99, epsilon 1e-5 inside the square root).
+# baselines' and Stable-Baselines3's A2C set it (lr 7e-4, alpha 0.99, epsilon 1e-5 inside the square root). The
+# trainer's --optimizer rmsprop was removed after this screen (no gain; ba3c.removed names its last commit): the arm
+# stays for --analyze-only of its kept CSVs.
 ARMS: dict[str, list[str]] = {
     "default": [],
     "adam-b2-0.75": ["--beta1", "0.8", "--beta2", "0.75", "--adam-eps", "1e-8"],

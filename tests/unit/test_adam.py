@@ -128,38 +128,3 @@ def test_lr_variable_follows_the_schedule_after_a_restore():
     learner.train(batch)
     assert learner.opt.learning_rate.numpy() == np.float32(3e-2)
 
-
-def test_rmsprop_follows_the_tf_style_reference():
-    """--optimizer rmsprop (a study candidate): three updates of the learner equal a numpy reference of TF1's
-    RMSProp (mean square from 1, epsilon inside the root) on the same gradients, and the state keeps its layout
-    (network weights, then the optimizer's step count, lr and one mean square per weight)."""
-    import tensorflow as tf
-
-    from ba3c.config import LearnConfig
-    from ba3c.dist import Dist
-    from ba3c.experience import TrainBatch
-    from ba3c.learner import Learner
-    from ba3c.model import build_model
-
-    rng = np.random.default_rng(5)
-    cfg = LearnConfig(optimizer="rmsprop", rms_alpha=0.9, adam_eps=1e-5, clip_norm=0.0)
-    learner = Learner(build_model("mlp", (4,), 3, seed=2), cfg, Dist(), lr=1e-2, warmup_updates=0)
-    weights = learner.model.trainable_variables
-    ms = [np.ones(w.shape, np.float64) for w in weights]
-    for _ in range(3):
-        batch = TrainBatch(rng.normal(size=(16, 4)).astype(np.float32), rng.integers(0, 3, 16).astype(np.int32),
-                           rng.normal(size=16).astype(np.float32), rng.normal(size=16).astype(np.float32))
-        inputs = [tf.constant(x) for x in learner.loss.inputs(batch)]
-        grads, _ = learner._grads(*inputs)
-        before = [w.numpy().astype(np.float64) for w in weights]
-        learner.train(batch)
-        for i, (g, w, x0) in enumerate(zip(grads, weights, before)):
-            g64 = g.numpy().astype(np.float64)
-            ms[i] = 0.9 * ms[i] + 0.1 * g64 ** 2
-            expected = -1e-2 * g64 / np.sqrt(ms[i] + 1e-5)
-            # float32 weights: their update is exact only to ~1e-7 of the weight; a formula's difference (ms from 0,
-            # eps outside the root) changes it by far more than the tolerance of 1e-3 of the largest step
-            np.testing.assert_allclose(w.numpy() - x0, expected, rtol=1e-3, atol=1e-3 * np.abs(expected).max(),
-                                       err_msg=f"weight {i}")
-    assert int(learner.opt.iterations.numpy()) == 3
-    assert len(learner.state_arrays()) == len(learner.model.weights) + 2 + len(weights)
