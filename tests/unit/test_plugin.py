@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 
 import pytest
 
 from ba3c import checkpoint as ckpt
-from conftest import mpirun, run_train
+from conftest import ROOT, mpirun, run_train, subprocess_env
 
 PLUGIN = "tests.plugins.reinforce:Reinforce"  # the registration: --algo takes an import path
 CARTPOLE = ["--algo", PLUGIN, "--env", "CartPole-v1", "--num-envs", "4", "--predict-batch", "4", "--train-batch",
@@ -40,8 +42,6 @@ def test_the_plugin_is_found_by_its_import_path_and_by_register():
 
 @pytest.mark.slow
 def test_a_plugin_trains_checkpoints_resumes_and_evaluates(tmp_path):
-    from ba3c import evaluate
-
     run = tmp_path / "reinforce"
     first = run_train([*CARTPOLE, "--total-frames", "3000", "--run-dir", str(run)])
     assert "ba3c: done" in first.stdout
@@ -51,7 +51,11 @@ def test_a_plugin_trains_checkpoints_resumes_and_evaluates(tmp_path):
     second = run_train(["--resume", str(run), "--total-frames", "6000"])
     assert "resuming from" in second.stdout and "ba3c: done" in second.stdout
     assert int(rows(run)[-1]["frames"]) >= 6000
-    assert evaluate.main([str(run), "--episodes", "2", "--num-envs", "2"]) == 0
+    # a child process, as a user runs it: in this (pytest-xdist) process TensorFlow may already be initialised by an
+    # earlier test, and the evaluation sets its thread counts
+    ev = subprocess.run([sys.executable, "-m", "ba3c.evaluate", str(run), "--episodes", "2", "--num-envs", "2"],
+                        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert ev.returncode == 0, ev.stdout[-2000:] + ev.stderr[-2000:]
     assert json.loads((run / "eval-sampled.json").read_text())["protocol"]["name"] == "sampled"
 
 
