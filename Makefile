@@ -82,7 +82,7 @@ time-to-score: $(STAMP)
 batch-scaling: $(STAMP)
 	$(PY) -m studies.batch_scaling $(ARGS)
 
-# the paper's games one after another, each resumed from benchmarks/results/state/GAME/
+# the paper's six games (Breakout and Boxing with seeds 0-2), each run resumed from benchmarks/results/state/GAME-sN/
 paper-games: $(STAMP)
 	$(PY) -m benchmarks.paper_games $(ARGS)
 

@@ -10,11 +10,18 @@ OUT/scores.png (one bar chart per game). Published numbers come only from the CS
 their protocol and citation. When one game and policy has several evaluations, the one of the
 checkpoint with the most training frames is shown (the newest evaluation on a tie).
 
+An evaluation written by a `make paper-games` campaign (benchmarks/paper_games.py) carries the campaign's name
+("campaign": "games2"); its rows are kept apart from the earlier runs' rows, one per training seed. SCORES.md's
+"Campaigns" section and the README's table show a campaign's seeds of a game as one row: the mean of the seeds'
+50-game means and their range [min, max] over seeds, the number of seeds, frames per run and the core-hours of all
+its runs together.
+
 With --readme FILE (repeatable) the generated sections of FILE are rewritten, each between its two
-marker lines (`SECTIONS`): the headline table (the paper's six games, paper protocol, the default
-seed, no sticky actions: one row each), every paper-protocol row, and the scaling headline (from
---scaling, benchmarks/results/scaling/scaling.json). A FILE holds any of them; one with none is an
-error. tests/docs/test_readme.py regenerates them from the committed results and fails when a copy differs.
+marker lines (`SECTIONS`): the headline table (the paper's six games, paper protocol, no sticky actions: one row
+each, the CAMPAIGN's runs of a game where it has any, otherwise the earlier run of the default seed), every
+paper-protocol row, and the scaling headline (from --scaling, benchmarks/results/scaling/scaling.json). A FILE
+holds any of them; one with none is an error. tests/docs/test_readme.py regenerates them from the committed results
+and fails when a copy differs.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import argparse
 import csv
 import json
 import os
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,6 +58,9 @@ SCALING_BEGIN, SCALING_END = "<!-- scaling table: benchmarks/compare.py --readme
 # The paper's six games, in the order of its results table (arXiv 1801.02852)
 PAPER_GAMES = ("breakout", "pong", "space_invaders", "seaquest", "boxing", "beam_rider")
 MAX_JSON_BYTES = 5_000_000  # evaluation files are small; skip anything big found while walking runs/
+# benchmarks/paper_games.py's campaign (the six games re-run under one default, Breakout and Boxing with three seeds):
+# the README's table shows its runs of a game where it has any
+CAMPAIGN = "games2"
 
 
 class CompareError(ValueError):
@@ -81,6 +92,7 @@ class Row:
     sticky_actions: float = 0.0       # the evaluation's repeat-action probability
     fire_after_life_loss: bool = False  # FIRE pressed after a lost life: the run trained with --life-loss terminal
     algo: str = "ba3c"                # the evaluated run's --algo: ba3c or gorila
+    campaign: str = ""                # the paper_games campaign that made the run ("": none, an earlier run)
 
 
 def load_published(path: str | Path) -> dict[str, dict[str, Published]]:
@@ -157,13 +169,18 @@ def fire_after_life_loss(ev: dict[str, Any]) -> bool:
     return str((ev.get("protocol") or {}).get("fire_after_life_loss", "")).startswith("FIRE")
 
 
+def campaign(ev: dict[str, Any]) -> str:
+    """The paper_games campaign that made the evaluated run ("" for the runs before campaigns were named)."""
+    return str(ev.get("campaign") or "")
+
+
 def select(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One evaluation per (game, policy, sticky actions played, training seed, sticky actions trained with,
-    lost lives terminal or not, algorithm): most training frames, then newest."""
-    best: dict[tuple[str, str, float, int, float, bool, str], dict[str, Any]] = {}
+    lost lives terminal or not, algorithm, campaign): most training frames, then newest."""
+    best: dict[tuple[str, str, float, int, float, bool, str, str], dict[str, Any]] = {}
     for ev in evals:
         key = (ev["game"], policy_label(ev), sticky_actions(ev), train_seed(ev), train_sticky_actions(ev),
-               fire_after_life_loss(ev), algo(ev))
+               fire_after_life_loss(ev), algo(ev), campaign(ev))
         rank = (ev.get("frames") or 0, ev.get("date") or "")
         if key not in best or rank > (best[key].get("frames") or 0, best[key].get("date") or ""):
             best[key] = ev
@@ -176,7 +193,8 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
         pub = published.get(ev["game"], {})
         proto = ev.get("protocol") or {}
         cap, steps = proto.get("max_episode_frames"), proto.get("max_episode_steps")
-        notes = ["" if algo(ev) == DEFAULT_ALGO else f"trained by {algo_title(algo(ev))}",
+        notes = [f"campaign {campaign(ev)}" if campaign(ev) else "",
+                 "" if algo(ev) == DEFAULT_ALGO else f"trained by {algo_title(algo(ev))}",
                  "" if cap is None or cap == STANDARD_MAX_EPISODE_FRAMES
                  else f"cap {steps:,} agent steps" if steps else f"cap {cap:,} frames",
                  "FIRE after a lost life" if fire_after_life_loss(ev) else "",
@@ -191,7 +209,7 @@ def build_rows(evals: list[dict[str, Any]], published: dict[str, dict[str, Publi
                         published={s: pub[s].score for s in SOURCES if s in pub}, path=ev["_path"],
                         train_seed=train_seed(ev), train_sticky_actions=train_sticky_actions(ev),
                         sticky_actions=sticky_actions(ev), fire_after_life_loss=fire_after_life_loss(ev),
-                        algo=algo(ev)))
+                        algo=algo(ev), campaign=campaign(ev)))
     return rows
 
 
@@ -242,29 +260,119 @@ def render_table(rows: list[Row]) -> list[str]:
     return lines
 
 
-def headline_rows(rows: list[Row]) -> list[Row]:
-    """The README's table: per paper game, the paper protocol without sticky actions, of a BA3C run with the
-    default seed (0) trained without sticky actions; of a game's runs with and without terminal lost lives, the one with
-    them (the default for Atari games since 2026-12-02), then the one with more frames."""
-    by_game: dict[str, Row] = {}
+@dataclass(frozen=True)
+class GameRow:
+    """A row of the README's table: one run's evaluation, or a campaign's runs of one game (one per seed)."""
+    runs: tuple[Row, ...]  # by training seed
+
+    @property
+    def game(self) -> str:
+        return self.runs[0].game
+
+    @property
+    def algo(self) -> str:
+        return self.runs[0].algo
+
+    @property
+    def campaign(self) -> str:
+        return self.runs[0].campaign
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(r.train_seed for r in self.runs)
+
+    @property
+    def mean(self) -> float:
+        """One run: its 50-game mean; several: the mean of their 50-game means (each seed weighs the same)."""
+        return statistics.fmean(r.mean for r in self.runs)
+
+    @property
+    def low(self) -> float:
+        return min(r.mean for r in self.runs)
+
+    @property
+    def high(self) -> float:
+        return max(r.mean for r in self.runs)
+
+    @property
+    def core_hours(self) -> float | None:
+        """All runs together (None when one of them has none)."""
+        hours = [r.core_hours for r in self.runs]
+        return None if None in hours else sum(hours)
+
+    @property
+    def published(self) -> dict[str, float]:
+        return self.runs[0].published
+
+
+def _headline_kind(r: Row) -> bool:
+    """A row the README's table may show: the paper protocol without sticky actions, of a BA3C run trained
+    without sticky actions."""
+    return r.policy == "paper" and r.algo == DEFAULT_ALGO and not r.sticky_actions and not r.train_sticky_actions
+
+
+def campaign_rows(rows: list[Row]) -> list[GameRow]:
+    """Each campaign's runs of each game (any game, every seed) as one row, by campaign then game; one run per seed
+    (the one with the most frames, should a seed have two, e.g. with and without terminal lost lives)."""
+    groups: dict[tuple[str, str], dict[int, Row]] = {}
     for r in rows:
-        if (r.policy == "paper" and r.algo == DEFAULT_ALGO and not r.sticky_actions and not r.train_seed
-                and not r.train_sticky_actions):
-            old = by_game.get(r.game)
+        if r.campaign and _headline_kind(r):
+            seeds = groups.setdefault((r.campaign, r.game), {})
+            if r.train_seed not in seeds or (r.frames or 0) > (seeds[r.train_seed].frames or 0):
+                seeds[r.train_seed] = r
+    return [GameRow(tuple(groups[k][seed] for seed in sorted(groups[k]))) for k in sorted(groups)]
+
+
+def headline_rows(rows: list[Row]) -> list[GameRow]:
+    """The README's table, per paper game: the CAMPAIGN's runs of it (every seed) where it has any; otherwise the
+    earlier run (no campaign) of the default seed (0): of a game's runs with and without terminal lost lives, the
+    one with them (the default for Atari games since 2026-12-02), then the one with more frames."""
+    ours = {g.game: g for g in campaign_rows(rows) if g.campaign == CAMPAIGN}
+    earlier: dict[str, Row] = {}
+    for r in rows:
+        if _headline_kind(r) and not r.campaign and not r.train_seed:
+            old = earlier.get(r.game)
             if old is None or (r.fire_after_life_loss, r.frames or 0) > (old.fire_after_life_loss, old.frames or 0):
-                by_game[r.game] = r
-    return [by_game[g] for g in PAPER_GAMES if g in by_game]
+                earlier[r.game] = r
+    return [ours[g] if g in ours else GameRow((earlier[g],)) for g in PAPER_GAMES if g in ours or g in earlier]
 
 
-def render_headline(rows: list[Row]) -> list[str]:
-    """Ours beside the paper, Gorila, A2C and PPO: one row per game."""
-    pub = ("ba3c_paper", "gorila", "a2c_zoo", "ppo_cleanrl")
-    head = ["Game", "Ours (mean ± std, 50 games)", "Lost lives in training", "Frames", "Core-hours",
-            *(SOURCE_TITLES[s] for s in pub)]
+def _seeds_score(g: GameRow) -> str:
+    """One run: mean ± std over its games; several: the mean of their means, [min, max] over seeds."""
+    if len(g.runs) == 1:
+        return _score(g.runs[0].mean, g.runs[0].std)
+    d = 2 if abs(g.mean) < 100 else 1
+    return f"{g.mean:,.{d}f} [{g.low:,.{d}f}, {g.high:,.{d}f}]"
+
+
+def _runs(g: GameRow) -> str:
+    """How many seeds, which, and from which campaign ("earlier runs": before campaigns were named)."""
+    n = len(g.runs)
+    return f"{n} seed{'s' if n > 1 else ''} ({', '.join(map(str, g.seeds))}), {g.campaign or 'earlier runs'}"
+
+
+def _lost_lives(g: GameRow) -> str:
+    terminal = {r.fire_after_life_loss for r in g.runs}
+    return "mixed" if len(terminal) > 1 else "terminal" if terminal.pop() else "not terminal"
+
+
+def _frames_per_run(g: GameRow) -> str:
+    frames = sorted({r.frames for r in g.runs}, key=lambda f: f or 0)
+    return _frames(frames[0]) if len(frames) == 1 else f"{_frames(frames[0])} to {_frames(frames[-1])}"
+
+
+HEADLINE_PUBLISHED = ("ba3c_paper", "gorila", "a2c_zoo", "ppo_cleanrl")
+
+
+def render_headline(rows: list[GameRow]) -> list[str]:
+    """Ours beside the paper, Gorila, A2C and PPO: one row per game (the README's table, SCORES.md's campaigns)."""
+    head = ["Game", "Ours (50 games a run: mean ± std; several seeds: mean of their means [min, max])", "Runs",
+            "Lost lives in training", "Frames per run", "Core-hours (all runs)",
+            *(SOURCE_TITLES[s] for s in HEADLINE_PUBLISHED)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [title(r.game), _score(r.mean, r.std), "terminal" if r.fire_after_life_loss else "not terminal",
-                 _frames(r.frames), _num(r.core_hours, "{:,.2f}"), *(_num(r.published.get(s)) for s in pub)]
+    for g in rows:
+        cells = [title(g.game), _seeds_score(g), _runs(g), _lost_lives(g), _frames_per_run(g),
+                 _num(g.core_hours, "{:,.2f}"), *(_num(g.published.get(s)) for s in HEADLINE_PUBLISHED)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -274,8 +382,8 @@ def render_paper_rows(rows: list[Row]) -> list[str]:
     head = ["Game", "Ours (mean ± std)", "Notes", "Episodes", "Frames", "Core-hours", "BA3C paper", "File"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted((r for r in rows if r.policy == "paper"), key=lambda r: (PAPER_GAMES.index(r.game)
-                    if r.game in PAPER_GAMES else len(PAPER_GAMES), r.game, r.train_seed, r.sticky_actions,
-                    r.train_sticky_actions)):
+                    if r.game in PAPER_GAMES else len(PAPER_GAMES), r.game, r.campaign, r.train_seed,
+                    r.sticky_actions, r.train_sticky_actions)):
         note = r.protocol_note.replace("cap 40,000 agent steps", "").strip(", ")
         cells = [title(r.game), _score(r.mean, r.std), note or "-", str(r.episodes), _frames(r.frames),
                  _num(r.core_hours, "{:,.2f}"), _num(r.published.get("ba3c_paper")), f"`{Path(r.path).name}`"]
@@ -420,6 +528,13 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
              f"`{_display(published_path)}`. Protocols differ, so read the comparison with them in mind "
              "(see the notes).", "",
              *render_table(rows)]
+    campaigns = campaign_rows(rows)
+    if campaigns:
+        lines += ["", "## Campaigns", "",
+                  "Each `make paper-games` campaign's runs of a game as one row (paper protocol, 50 games a run): "
+                  "with several seeds, the mean of the seeds' 50-game means and, in brackets, the lowest and highest "
+                  "of them; frames per run; core-hours of all the runs together.", "",
+                  *render_headline(campaigns)]
     lines += ["", "## Notes", ""]
     shown = {s for r in rows for s in r.published}
     for s in SOURCES:
@@ -458,6 +573,10 @@ def render_markdown(rows: list[Row], published: dict[str, dict[str, Published]],
                      "that one run's luck is not the only number.")
     lines.append("* Core-hours: measured CPU seconds of all ranks where the checkpoint has them from the start of "
                  "the run, otherwise training wall time x cores of the run (`cores_basis` in each JSON says which).")
+    if any(r.campaign for r in rows):
+        lines.append("* A row noted \"campaign C\" is a run of the `make paper-games` campaign C "
+                     "(benchmarks/paper_games.py), one row per training seed; the campaign's seeds of a game together "
+                     "are under Campaigns above.")
     lines += ["", "Evaluation files:", ""]
     lines += [f"* {title(r.game)} ({r.policy}{'; ' + r.protocol_note if r.protocol_note else ''}): `{_display(r.path)}`"
               for r in rows]

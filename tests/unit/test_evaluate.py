@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 
@@ -603,3 +604,36 @@ def test_scores_table_keeps_gorila_apart(tmp_path):
     paper_rows = "\n".join(cmp.render_paper_rows(rows))
     assert "| Pong | 15.00 ± 1.50 | trained by Gorila, cap 40,000 agent steps |" not in paper_rows  # the cap is dropped
     assert "| Pong | 15.00 ± 1.50 | trained by Gorila |" in paper_rows
+
+
+def test_headline_shows_the_campaign_where_a_game_has_it(tmp_path):
+    """A game with evaluations of the paper_games campaign shows them in the README's table, its seeds as one row
+    (the mean of their means, their range, all core-hours); a game without shows its earlier run, said so."""
+    cmp = load_compare()
+    proto = {"name": "paper", "max_episode_frames": 160_000, "max_episode_steps": 40_000}
+    files = {"eval-boxing-paper.json": fake_eval("boxing", "paper", -25.68, 20_000_000, "2026-12-01", protocol=proto),
+             "eval-pong-paper.json": fake_eval("pong", "paper", 19.88, 20_000_000, "2026-12-02", protocol=proto)}
+    for seed, mean, hours in ((0, 91.5, 4.1), (1, 80.25, 4.3), (2, 95.0, 4.2)):
+        files[f"eval-boxing-paper-games2-s{seed}.json"] = fake_eval(
+            "boxing", "paper", mean, 40_000_000, "2027-01-01", protocol=proto, train_seed=seed, core_hours=hours,
+            campaign=cmp.CAMPAIGN)
+    for name, data in files.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    rows = cmp.build_rows(cmp.find_evals([tmp_path]), cmp.load_published(cmp.DEFAULT_PUBLISHED))
+    pong, boxing = cmp.headline_rows(rows)  # the paper's order
+    assert (pong.campaign, pong.seeds, pong.mean) == ("", (0,), 19.88)
+    assert (boxing.campaign, boxing.seeds) == (cmp.CAMPAIGN, (0, 1, 2))
+    means = [91.5, 80.25, 95.0]
+    assert boxing.mean == pytest.approx(np.mean(means)) and (boxing.low, boxing.high) == (min(means), max(means))
+    assert boxing.core_hours == pytest.approx(4.1 + 4.3 + 4.2)
+    table = cmp.render_headline([pong, boxing])
+    assert "mean of their means [min, max]" in table[0] and "Core-hours (all runs)" in table[0]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    assert cells[0][:6] == ["Pong", "19.88 ± 1.50", "1 seed (0), earlier runs", "not terminal", "20.0M", "48.00"]
+    assert cells[1][2:6] == ["3 seeds (0, 1, 2), games2", "not terminal", "40.0M", f"{sum((4.1, 4.3, 4.2)):.2f}"]
+    shown = [float(x) for x in re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cells[1][1]).groups()]
+    assert shown == pytest.approx([np.mean(means), min(means), max(means)], abs=0.006)
+    # each seed keeps its own row in SCORES.md, and the campaign's row is there too
+    md = cmp.render_markdown(rows, cmp.load_published(cmp.DEFAULT_PUBLISHED), cmp.DEFAULT_PUBLISHED)
+    assert md.count("campaign games2") == 6  # three table rows, three evaluation files
+    assert "| Boxing | " + cells[1][1] + " | 3 seeds (0, 1, 2), games2 |" in md.split("## Campaigns")[1]
