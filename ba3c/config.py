@@ -106,9 +106,11 @@ class LearnConfig:
                           doc="The global batch (with --rehearse-ranks: x K) may not exceed 4096, twice the paper's "
                               "largest; beyond it Adam would need retuning not done here.")
     lr: float = _f(5e-4, "Adam learning rate at the reference global batch (--lr-ref-batch)")
-    beta1: float = _f(0.9, "Adam beta1")
-    beta2: float = _f(0.999, "Adam beta2")
-    adam_eps: float = _f(1e-5, "Adam epsilon")
+    # The paper's betas and epsilon (arXiv 1801.02852): with beta2 0.999 a gradient spike moved a quiet weight ~32 lr
+    # and Breakout collapsed in 4 of 4 runs; with 0.75, ~5 lr and none in 3 (docs/record/2026-12-optimizer.md).
+    beta1: float = _f(0.8, "Adam beta1")
+    beta2: float = _f(0.75, "Adam beta2")
+    adam_eps: float = _f(1e-8, "Adam epsilon")
     clip_norm: float = _f(0.5, "gradient clipping threshold (0: off)")
     clip_mode: str = _f("global", "global: clip by global norm; avg: each tensor by its average norm (paper)",
                         choices=CLIP_MODES)

@@ -314,10 +314,11 @@ class Gorila(Algorithm):
     eval_policy = "egreedy"  # DQN's protocol, which Gorila used (epsilon 0.05)
     # CleanRL dqn_atari's Adam (lr 1e-4, epsilon 1e-8, PyTorch's default), batch 32 and no gradient clipping (as
     # CleanRL); the lr not scaled with the ranks (none measured); 8 synchronous simulators per rank (CleanRL plays
-    # 1); no collapse guard (it watches a policy's entropy); DQN's evaluation (epsilon 0.05). docs/gorila.md.
+    # 1); no collapse guard (it watches a policy's entropy); DQN's evaluation (epsilon 0.05). docs/gorila.md. Adam's
+    # betas are PyTorch's (0.9, 0.999), as Gorila was measured with, not BA3C's.
     defaults: ClassVar[dict[str, Any]] = dict(
-        lr=1e-4, adam_eps=1e-8, train_batch=32, clip_norm=0.0, lr_scaling="none", num_envs=8, predict_batch=8,
-        collapse_guard="off", eval_policy="egreedy")
+        lr=1e-4, beta1=0.9, beta2=0.999, adam_eps=1e-8, train_batch=32, clip_norm=0.0, lr_scaling="none", num_envs=8,
+        predict_batch=8, collapse_guard="off", eval_policy="egreedy")
 
     # a short warm-up and a replay of 0.7 GB on Atari: the steady state after it is the same (benchmarks.throughput)
     quick_start_flags = ("--learning-starts", "2000", "--replay-size", "100000")

@@ -1,8 +1,8 @@
 """Which optimizer settings should the default be: each arm's curve, collapses and cost on the same game.
 
-    python -m studies.optimizer --env breakout --arms default,adam-b2-0.75 --seeds 0,1 --frames 3000000 \\
+    python -m studies.optimizer --env breakout --arms old-default,adam-b2-0.75 --seeds 0,1 --frames 3000000 \\
         --nice 19 --max-hours 2.5              # runs, or continues, every (arm, seed), one after another
-    python -m studies.optimizer --env breakout --arms default,adam-b2-0.75 --seeds 0,1 --analyze-only
+    python -m studies.optimizer --env breakout --arms old-default,adam-b2-0.75 --seeds 0,1 --analyze-only
 
 An arm is a named set of trainer flags (ARMS below; flags after `--` go to every run). Each (arm, seed) is
 one `python -m ba3c.train` run directory under --runs-dir, trained to --frames with the collapse guard on (the
@@ -34,16 +34,18 @@ from measure.harness import Row
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")  # this study's committed results
 
-# The candidates (issue 62): today's default; the paper's Adam betas and epsilon (arXiv 1801.02852, the authors'
-# released command) at the default lr and clipping; beta2 between; the paper's whole preset; RMSProp as OpenAI
-# baselines' and Stable-Baselines3's A2C set it (lr 7e-4, alpha 0.99, epsilon 1e-5 inside the square root). The
-# trainer's --optimizer rmsprop was removed after this screen (no gain; ba3c.removed names its last commit): the arm
-# stays for --analyze-only of its kept CSVs.
+# The candidates (issue 62): the default before this study (old-default); the paper's Adam betas and epsilon (arXiv
+# 1801.02852, the authors' released command) at the default lr and clipping, the default since; beta2 between; the
+# paper's whole preset; RMSProp as OpenAI baselines' and Stable-Baselines3's A2C set it (lr 7e-4, alpha 0.99, epsilon
+# 1e-5 inside the square root). Every arm names its betas and epsilon, so that it means the same whatever the default.
+# The trainer's --optimizer rmsprop was removed after the screen (no gain; ba3c.removed names its last commit): the
+# arm stays for --analyze-only of its kept CSVs.
+_OLD = ["--beta1", "0.9", "--adam-eps", "1e-5"]
 ARMS: dict[str, list[str]] = {
-    "default": [],
+    "old-default": [*_OLD, "--beta2", "0.999"],
     "adam-b2-0.75": ["--beta1", "0.8", "--beta2", "0.75", "--adam-eps", "1e-8"],
-    "adam-b2-0.99": ["--beta2", "0.99"],
-    "adam-b2-0.9": ["--beta2", "0.9"],
+    "adam-b2-0.99": [*_OLD, "--beta2", "0.99"],
+    "adam-b2-0.9": [*_OLD, "--beta2", "0.9"],
     "paper": ["--preset", "paper"],
     "rmsprop": ["--optimizer", "rmsprop", "--lr", "7e-4", "--rms-alpha", "0.99", "--adam-eps", "1e-5"],
 }
@@ -248,7 +250,7 @@ def analyze(args: argparse.Namespace, runs: list[Run]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="breakout", help="the game every run trains on")
-    p.add_argument("--arms", default="default,adam-b2-0.75", help=f"comma list from {', '.join(ARMS)}")
+    p.add_argument("--arms", default="old-default,adam-b2-0.75", help=f"comma list from {', '.join(ARMS)}")
     p.add_argument("--seeds", default="0", help="comma list; each arm runs once per seed")
     p.add_argument("--frames", type=int, default=3_000_000, help="every run trains to these frames")
     p.add_argument("--eval-every-frames", type=int, default=500_000, help="frames between periodic evaluations")

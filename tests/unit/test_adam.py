@@ -38,10 +38,11 @@ def _same_update(before: list[np.ndarray], a: list[np.ndarray], b: list[np.ndarr
 
 
 @pytest.mark.parametrize("cfg_fields", [
-    {},                                                                  # defaults: global clip 0.5, eps 1e-5
+    {},                                                                  # defaults: global clip 0.5
+    dict(beta1=0.9, beta2=0.999, adam_eps=1e-5),                         # the default before issue 62
     dict(beta1=0.8, beta2=0.75, adam_eps=1e-8, clip_norm=0.1, clip_mode="avg"),  # the paper preset's
-    dict(adam_eps=1e-8, clip_norm=0.0),                                  # Gorila's: no clipping
-], ids=["defaults", "paper", "no-clip"])
+    dict(beta1=0.9, beta2=0.999, adam_eps=1e-8, clip_norm=0.0),          # Gorila's: no clipping
+], ids=["defaults", "old-default", "paper", "no-clip"])
 def test_fused_adam_equals_keras_adam(cfg_fields):
     from ba3c.experience import TrainBatch
 
